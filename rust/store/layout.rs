@@ -1,0 +1,210 @@
+//! Where things live under a store root, and the versioned `FORMAT` file.
+//!
+//! ```text
+//! <root>/FORMAT                  "precompile-store\n1\n"
+//! <root>/objects/<2 hex>/<62 hex> raw content, named by its blake3 digest
+//! <root>/refs/<name>             "<64 hex>\n"; names may contain '/'
+//! <root>/tmp/                    in-flight writes
+//! <root>/locks/gc.lock           the GC lock (see `lock.rs`)
+//! ```
+
+use std::fs;
+use std::io::{self, ErrorKind};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+use crate::hash::Digest;
+use crate::store::durable::{fsync_dir, TmpFile};
+
+/// First line of `FORMAT`.
+pub const FORMAT_MAGIC: &str = "precompile-store";
+/// The layout version this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+const SUBDIRS: [&str; 4] = ["objects", "refs", "tmp", "locks"];
+
+/// The paths of one store.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    /// A layout rooted at `root` (nothing is touched on disk).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Layout { root: root.into() }
+    }
+
+    /// The store root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `objects/`.
+    pub fn objects_dir(&self) -> PathBuf {
+        self.root.join("objects")
+    }
+
+    /// `refs/`.
+    pub fn refs_dir(&self) -> PathBuf {
+        self.root.join("refs")
+    }
+
+    /// `tmp/`.
+    pub fn tmp_dir(&self) -> PathBuf {
+        self.root.join("tmp")
+    }
+
+    /// `locks/gc.lock`.
+    pub fn gc_lock(&self) -> PathBuf {
+        self.root.join("locks").join("gc.lock")
+    }
+
+    /// `FORMAT`.
+    pub fn format_file(&self) -> PathBuf {
+        self.root.join("FORMAT")
+    }
+
+    /// `objects/<first 2 hex>/<other 62 hex>`: 256 fan-out directories keep
+    /// each directory small enough for fast lookups on any filesystem.
+    pub fn object_path(&self, digest: &Digest) -> PathBuf {
+        let hex = digest.to_hex();
+        self.objects_dir().join(&hex[..2]).join(&hex[2..])
+    }
+
+    /// Opens the store at the root, creating it when `create` is set.
+    ///
+    /// `FORMAT` is written last and atomically, so its presence means the
+    /// layout is complete; concurrent creators race harmlessly.
+    pub fn open(&self, create: bool) -> Result<()> {
+        let format = self.format_file();
+        match fs::read_to_string(&format) {
+            Ok(text) => {
+                check_format(&text, &format)?;
+                // Recreate a deleted tmp/ or locks/; a no-op normally.
+                for sub in SUBDIRS {
+                    fs::create_dir_all(self.root.join(sub)).at(&self.root.join(sub))?;
+                }
+                Ok(())
+            }
+            Err(e) if e.kind() == ErrorKind::NotFound && create => self.init(),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::io(
+                &self.root,
+                io::Error::new(ErrorKind::NotFound, "no precompile store here (create=False)"),
+            )),
+            Err(e) => Err(Error::io(format, e)),
+        }
+    }
+
+    fn init(&self) -> Result<()> {
+        fs::create_dir_all(&self.root).at(&self.root)?;
+        // Refuse to scatter our directories over somebody's unrelated data.
+        for entry in fs::read_dir(&self.root).at(&self.root)? {
+            let name = entry.at(&self.root)?.file_name();
+            if !SUBDIRS.iter().any(|s| name == *s) && name != "FORMAT" {
+                return Err(Error::Format(format!(
+                    "{} is not empty and is not a precompile store (no FORMAT file)",
+                    self.root.display()
+                )));
+            }
+        }
+        for sub in SUBDIRS {
+            fs::create_dir_all(self.root.join(sub)).at(&self.root.join(sub))?;
+        }
+        // All 256 fan-out directories up front: writers then never create
+        // directories (and fsync their parent) on the hot path.
+        let objects = self.objects_dir();
+        for fan in 0..=255u8 {
+            let dir = objects.join(format!("{fan:02x}"));
+            fs::create_dir_all(&dir).at(&dir)?;
+        }
+        fsync_dir(&objects)?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.gc_lock())
+            .at(&self.gc_lock())?;
+        fsync_dir(&self.root)?;
+
+        let content = format!("{FORMAT_MAGIC}\n{FORMAT_VERSION}\n");
+        let tmp = TmpFile::write(&self.tmp_dir(), content.as_bytes())?;
+        // link, not rename: a concurrent creator's FORMAT is never replaced.
+        match fs::hard_link(tmp.path(), self.format_file()) {
+            Ok(()) => fsync_dir(&self.root)?,
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                let text = fs::read_to_string(self.format_file()).at(&self.format_file())?;
+                check_format(&text, &self.format_file())?;
+            }
+            Err(e) => return Err(Error::io(self.format_file(), e)),
+        }
+        Ok(())
+    }
+}
+
+/// Checks the text of a `FORMAT` file.
+pub fn check_format(text: &str, path: &Path) -> Result<()> {
+    let mut lines = text.lines();
+    if lines.next() != Some(FORMAT_MAGIC) {
+        return Err(Error::Format(format!(
+            "{} does not start with {FORMAT_MAGIC:?}: not a precompile store",
+            path.display()
+        )));
+    }
+    let version = lines.next().unwrap_or("").trim();
+    if version != FORMAT_VERSION.to_string() {
+        return Err(Error::Format(format!(
+            "{}: store format version {version:?} is not supported (this build reads version {FORMAT_VERSION})",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn format_versions() {
+        let p = Path::new("FORMAT");
+        assert!(check_format("precompile-store\n1\n", p).is_ok());
+        assert!(matches!(check_format("precompile-store\n2\n", p), Err(Error::Format(_))));
+        assert!(matches!(check_format("something-else\n1\n", p), Err(Error::Format(_))));
+        assert!(matches!(check_format("", p), Err(Error::Format(_))));
+    }
+
+    #[test]
+    fn open_creates_then_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("s"));
+        assert!(layout.open(false).unwrap_err().is_not_found());
+        layout.open(true).unwrap();
+        layout.open(false).unwrap();
+        let text = fs::read_to_string(layout.format_file()).unwrap();
+        assert_eq!(text, "precompile-store\n1\n");
+        assert_eq!(fs::read_dir(layout.tmp_dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn refuses_foreign_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("notes.txt"), "mine").unwrap();
+        assert!(matches!(Layout::new(dir.path()).open(true), Err(Error::Format(_))));
+    }
+
+    proptest! {
+        #[test]
+        fn object_path_fans_out(bytes in proptest::array::uniform32(any::<u8>())) {
+            let d = Digest::from(blake3::Hash::from_bytes(bytes));
+            let layout = Layout::new("/s");
+            let p = layout.object_path(&d);
+            let hex = d.to_hex();
+            prop_assert_eq!(p.parent().unwrap(), Path::new("/s/objects").join(&hex[..2]));
+            let name = p.file_name().unwrap().to_str().unwrap();
+            prop_assert_eq!(name.len(), 62);
+            prop_assert_eq!(format!("{}{}", &hex[..2], name), hex);
+        }
+    }
+}

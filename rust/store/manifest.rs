@@ -1,0 +1,164 @@
+//! Manifests: small JSON objects that list child digests plus metadata, so
+//! the store knows which objects one entry holds and GC can follow them.
+//!
+//! Encoding: `b"precompile-manifest\n"` then
+//! `{"version":1,"children":[<hex>...],"meta":{...}}`. serde_json keeps object
+//! keys sorted, so equal manifests encode to equal bytes and dedup.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::error::{Error, Result};
+use crate::hash::Digest;
+use crate::lock::LockMode;
+use crate::store::{PutOutcome, Store};
+
+/// First bytes of every manifest blob.
+pub const MANIFEST_MAGIC: &[u8] = b"precompile-manifest\n";
+/// The manifest encoding version this build writes and reads.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// A decoded manifest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Manifest {
+    /// The objects this entry holds, in the order given.
+    pub children: Vec<Digest>,
+    /// Arbitrary JSON metadata.
+    pub meta: Map<String, Value>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Doc {
+    version: u32,
+    children: Vec<String>,
+    meta: Map<String, Value>,
+}
+
+impl Manifest {
+    /// The blob bytes for this manifest.
+    pub fn encode(&self) -> Vec<u8> {
+        let doc = Doc {
+            version: MANIFEST_VERSION,
+            children: self.children.iter().map(Digest::to_hex).collect(),
+            meta: self.meta.clone(),
+        };
+        let mut out = MANIFEST_MAGIC.to_vec();
+        serde_json::to_writer(&mut out, &doc).expect("JSON values always serialize");
+        out
+    }
+
+    /// Decodes blob bytes. `None` when they do not start with the magic;
+    /// `Some(Err(_))` when they do but are not a valid manifest.
+    pub fn decode(bytes: &[u8]) -> Option<Result<Manifest, String>> {
+        let json = bytes.strip_prefix(MANIFEST_MAGIC)?;
+        Some(Self::decode_json(json))
+    }
+
+    fn decode_json(json: &[u8]) -> Result<Manifest, String> {
+        let doc: Doc = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        if doc.version != MANIFEST_VERSION {
+            return Err(format!("manifest version {} is not supported", doc.version));
+        }
+        let children = doc
+            .children
+            .iter()
+            .map(|hex| Digest::from_hex(hex).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Manifest { children, meta: doc.meta })
+    }
+}
+
+/// True when `bytes` start like a manifest.
+pub fn looks_like_manifest(bytes: &[u8]) -> bool {
+    bytes.starts_with(MANIFEST_MAGIC)
+}
+
+impl Store {
+    /// Stores a manifest listing `children`, which must all be stored
+    /// ([`Error::Missing`] otherwise), so "reachable from a ref" is always
+    /// well defined.
+    pub fn put_manifest(&self, children: &[Digest], meta: Map<String, Value>) -> Result<PutOutcome> {
+        let manifest = Manifest { children: children.to_vec(), meta };
+        let bytes = manifest.encode();
+        let digest = crate::hash::hash_bytes(&bytes);
+        let _lock = self.lock(LockMode::Shared)?;
+        for child in children {
+            // Children are refreshed like dedup hits: until a ref names the
+            // manifest, only the grace period protects them.
+            if !self.freshen(&self.object_path(child))? {
+                return Err(Error::Missing { digest: *child });
+            }
+        }
+        let new = self.put_locked(&digest, |f| std::io::Write::write_all(f, &bytes), None)?;
+        Ok(PutOutcome { digest, new })
+    }
+
+    /// Reads and decodes the manifest named `digest` (verified like `get`).
+    /// An object that is not a manifest is [`Error::Format`].
+    pub fn get_manifest(&self, digest: &Digest) -> Result<Manifest> {
+        let blob = self.get(digest)?;
+        match Manifest::decode(&blob) {
+            Some(Ok(manifest)) => Ok(manifest),
+            Some(Err(why)) => Err(Error::Format(format!("object {digest} is not a valid manifest: {why}"))),
+            None => Err(Error::Format(format!("object {digest} is not a manifest"))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::hash_bytes;
+    use proptest::prelude::*;
+
+    #[test]
+    fn encoding_is_canonical() {
+        let mut meta = Map::new();
+        meta.insert("b".into(), Value::from(1));
+        meta.insert("a".into(), Value::from("x"));
+        let m = Manifest { children: vec![hash_bytes(b"c")], meta };
+        let text = String::from_utf8(m.encode()).unwrap();
+        let hex = hash_bytes(b"c").to_hex();
+        assert_eq!(
+            text,
+            format!("precompile-manifest\n{{\"version\":1,\"children\":[\"{hex}\"],\"meta\":{{\"a\":\"x\",\"b\":1}}}}")
+        );
+    }
+
+    #[test]
+    fn decode_rejects() {
+        assert!(Manifest::decode(b"plain data").is_none());
+        assert!(Manifest::decode(b"precompile-manifest\n{").unwrap().is_err());
+        let v2 = b"precompile-manifest\n{\"version\":2,\"children\":[],\"meta\":{}}";
+        assert!(Manifest::decode(v2).unwrap().is_err());
+        let bad_child = b"precompile-manifest\n{\"version\":1,\"children\":[\"zz\"],\"meta\":{}}";
+        assert!(Manifest::decode(bad_child).unwrap().is_err());
+    }
+
+    fn json_leaf() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[^\u{0}]{0,12}".prop_map(Value::from),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip(
+            children in proptest::collection::vec(proptest::array::uniform32(any::<u8>()), 0..8),
+            meta in proptest::collection::btree_map("[a-z]{1,6}", json_leaf(), 0..6),
+        ) {
+            let m = Manifest {
+                children: children.into_iter().map(|b| blake3::Hash::from_bytes(b).into()).collect(),
+                meta: meta.into_iter().collect(),
+            };
+            let bytes = m.encode();
+            prop_assert!(looks_like_manifest(&bytes));
+            prop_assert_eq!(Manifest::decode(&bytes).unwrap().unwrap(), m.clone());
+            prop_assert_eq!(Manifest::decode(&bytes).unwrap().unwrap().encode(), bytes);
+        }
+    }
+}
