@@ -1,0 +1,236 @@
+"""The one place that touches torch internals.
+
+Everything precompile needs from torch's private modules is imported or
+patched here, so that a difference between torch releases is handled once
+instead of by `if` checks scattered over the package. Supported: torch >= 2.11.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+import torch._dynamo.package as dynamo_package
+import torch._dynamo.precompile_context as precompile_context
+from torch._dynamo.package import (
+    CompilePackage,
+    DynamoStore,
+    PrecompileCacheEntry,
+    _DynamoCacheEntry,
+)
+from torch._dynamo.precompile_context import BackendCacheArtifact, PrecompileContext
+from torch._dynamo.utils import counters
+from torch._functorch._aot_autograd.aot_autograd_result import (
+    BundledAOTAutogradCacheArtifact,
+    BundledAOTAutogradResult,
+    SerializedGraphModule,
+)
+from torch._inductor.output_code import CompiledFxGraph
+from torch._inductor.triton_bundler import (
+    TritonBundle,
+    TritonBundler,
+    TritonKernelArtifact,
+    TritonKernelArtifacts,
+)
+
+__all__ = [
+    "BackendCacheArtifact",
+    "BundledAOTAutogradCacheArtifact",
+    "BundledAOTAutogradResult",
+    "CompilePackage",
+    "CompiledFxGraph",
+    "DynamoStore",
+    "PrecompileCacheEntry",
+    "PrecompileContext",
+    "SerializedGraphModule",
+    "TORCH_VERSION",
+    "TRITON_REPLACE_BYTES",
+    "TritonBundle",
+    "TritonKernelArtifact",
+    "TritonKernelArtifacts",
+    "_DynamoCacheEntry",
+    "counters",
+    "inductor_cache_dir",
+    "kernel_capture",
+    "register_library",
+    "source_id_from_fn",
+    "swap_dynamo_cache",
+]
+
+TORCH_VERSION: str = torch.__version__
+# Torch writes this placeholder into bundled Triton json files and replaces it
+# with the real cache directory when the bundle is emitted.
+TRITON_REPLACE_BYTES: bytes = getattr(TritonBundler, "_REPLACE_BYTES", b"[REPLACE]")
+
+
+def inductor_cache_dir() -> str:
+    """The directory Inductor's code caches (C++ libraries, Python modules) use."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir
+
+    return cache_dir()
+
+
+def default_dynamo_dir() -> str:
+    """Where torch's own DiskDynamoCache keeps its entries."""
+    return os.path.join(inductor_cache_dir(), "dynamo")
+
+
+def source_id_from_fn(fn: Callable[..., Any]) -> str:
+    """The key torch's DynamoCache files a compiled function under."""
+    return CompilePackage.source_id_from_fn(fn)
+
+
+def swap_dynamo_cache(new: Any) -> Any:
+    """Point every module that holds torch's DynamoCache at `new`.
+
+    `torch._dynamo.package.DynamoCache` is looked up at call time by
+    eval_frame and convert_frame, but precompile_context imported the object
+    at import time, so both names have to move. Returns the previous object.
+    """
+    old = dynamo_package.DynamoCache
+    dynamo_package.DynamoCache = new
+    precompile_context.DynamoCache = new
+    return old
+
+
+def current_dynamo_cache() -> Any:
+    return dynamo_package.DynamoCache
+
+
+def register_library(cache_class: str, key: str, path: str) -> bool:
+    """Tell Inductor's C++ code cache that `key` is already built at `path`.
+
+    `CppCodeCache.load_async` computes a kernel's key from its source and
+    compiler flags and, for a key it has not seen in this process, runs the
+    header precompile (a compiler run, even when the library exists) and a
+    build check before loading. Seeding its per-process table with a loader
+    for the stored library skips both. A machine whose flags differ computes
+    another key, never looks at this one, and compiles as usual.
+    """
+    import torch._inductor.codecache as codecache
+
+    cls = getattr(codecache, cache_class, None)
+    table = getattr(cls, "cache", None)
+    if cls is None or not isinstance(table, dict) or not hasattr(cls, "_load_library"):
+        return False
+    if key in table:
+        return False
+    lib: Any = None
+
+    def load_fn() -> Any:
+        nonlocal lib
+        if lib is None:
+            lib = cls._load_library(path, key)
+        return lib
+
+    table[key] = load_fn
+    return True
+
+
+class _KernelCapture:
+    """Records which compiled C++ libraries each Inductor graph loaded.
+
+    Inductor loads a graph's generated module with
+    `PyCodeCache.load_by_key_path(graph.cache_key, ...)`, and that module's
+    C++ kernels are built and loaded (through `CppCodeCache._load_library`)
+    while the module executes. Attributing each library to the graph whose
+    module is executing gives the exact set of binaries a graph needs, so a
+    fresh machine can be given them instead of running the compiler.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        # graph key -> [(library path, code-cache key, code-cache class)]
+        self._by_graph: dict[str, list[tuple[str, str, str]]] = {}
+        self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+            "precompile_graph_key", default=None
+        )
+        self._originals: dict[str, Any] = {}
+
+    def libraries_for(self, graph_key: str) -> list[tuple[str, str, str]]:
+        with self._lock:
+            return list(self._by_graph.get(graph_key, ()))
+
+    def _record(self, path: str, key: str, cache_class: str) -> None:
+        graph = self._current.get()
+        if graph is None:
+            return
+        with self._lock:
+            libs = self._by_graph.setdefault(graph, [])
+            if (path, key, cache_class) not in libs:
+                libs.append((path, key, cache_class))
+
+    @property
+    def active(self) -> bool:
+        return bool(self._originals)
+
+    def start(self) -> None:
+        from torch._inductor.codecache import CppCodeCache, PyCodeCache
+
+        if self.active:
+            return
+        load_by_key_path = PyCodeCache.__dict__["load_by_key_path"]
+        load_library = CppCodeCache.__dict__["_load_library"]
+        self._originals = {"load_by_key_path": load_by_key_path, "_load_library": load_library}
+        capture = self
+
+        @functools.wraps(load_by_key_path.__func__)
+        def _load_by_key_path(cls: Any, key: str, *args: Any, **kwargs: Any) -> Any:
+            token = capture._current.set(key)
+            try:
+                return load_by_key_path.__func__(cls, key, *args, **kwargs)
+            finally:
+                capture._current.reset(token)
+
+        @functools.wraps(load_library.__func__)
+        def _load_library(cls: Any, path: str, key: str) -> Any:
+            result = load_library.__func__(cls, path, key)
+            capture._record(os.path.abspath(path), key, cls.__name__)
+            return result
+
+        PyCodeCache.load_by_key_path = classmethod(_load_by_key_path)  # type: ignore[method-assign,assignment]
+        CppCodeCache._load_library = classmethod(_load_library)  # type: ignore[method-assign,assignment]
+
+    def stop(self) -> None:
+        from torch._inductor.codecache import CppCodeCache, PyCodeCache
+
+        if not self.active:
+            return
+        PyCodeCache.load_by_key_path = self._originals["load_by_key_path"]  # type: ignore[method-assign]
+        CppCodeCache._load_library = self._originals["_load_library"]  # type: ignore[method-assign]
+        self._originals = {}
+
+
+kernel_capture = _KernelCapture()
+
+
+def isa_probe_libraries(cache_dir: str) -> list[str]:
+    """The CPU instruction-set probe libraries Inductor built in `cache_dir`.
+
+    Inductor picks a vector ISA by compiling and loading a tiny probe library
+    per candidate ISA, and marks a probe that loaded with a `.load_ok` file
+    beside it; no other library gets such a marker. Shipping the probes (but
+    not the markers, so the target machine still test-loads them) spares a
+    fresh machine those compiler runs.
+    """
+    found = []
+    try:
+        subdirs = os.scandir(cache_dir)
+    except FileNotFoundError:
+        return []
+    with subdirs:
+        for sub in subdirs:
+            if not sub.is_dir() or len(sub.name) != 2:
+                continue
+            with os.scandir(sub.path) as files:
+                for f in files:
+                    if f.name.endswith(".so.load_ok"):
+                        lib = f.path[: -len(".load_ok")]
+                        if os.path.isfile(lib):
+                            found.append(lib)
+    return sorted(found)

@@ -1,0 +1,79 @@
+"""Stitching PrecompileContext's records into store entries.
+
+While torch compiles with `caching_precompile`, PrecompileContext collects
+Dynamo entries (one per compiled function) and backend artifacts (one per
+compiled graph). Saving stitches each Dynamo entry to the backends it names.
+torch's own stitching serializes a backend once per entry that uses it and,
+when a backend was never recorded (say, a training graph whose backward never
+ran), logs and quietly drops that code. Here every backend is stored once by
+content, and a missing one is reported with a warning and a counter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+from ._torch_compat import PrecompileCacheEntry, PrecompileContext, counters
+from .entries import BackendMemo, put_entry
+
+__all__ = ["PrecompileWarning", "SaveReport", "create_cache_entries", "save_context"]
+
+
+class PrecompileWarning(UserWarning):
+    """Something was not stored or not loaded; torch compiles it instead."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SaveReport:
+    """What one save wrote: entry digests by key, and how backends deduplicated."""
+
+    entries: dict[str, str]
+    backends: int
+    unique_backends: int
+    missing_backends: int
+
+
+def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
+    """Stitch PrecompileContext's records; returns entries and missing count."""
+    backends = PrecompileContext._backend_artifacts_by_key
+    entries: dict[str, PrecompileCacheEntry] = {}
+    missing_total = 0
+    for key, dynamo_entry in PrecompileContext._dynamo_cache_entries.items():
+        content: dict[Any, Any] = {}
+        for code in dynamo_entry.codes:
+            missing = [bid for bid in code.backend_ids if bid not in backends]
+            if missing:
+                missing_total += len(missing)
+                counters["precompile"]["missing_backend"] += len(missing)
+                warnings.warn(
+                    PrecompileWarning(
+                        f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded "
+                        "(for a training graph: did backward run?); this code will "
+                        "compile again when loaded"
+                    ),
+                    stacklevel=2,
+                )
+                # Same outcome torch chooses: the code loads without its
+                # compiled graphs and Dynamo compiles it on first call.
+                code.bypassed = True
+                continue
+            for bid in code.backend_ids:
+                content[bid] = backends[bid]
+        entries[key] = PrecompileCacheEntry(dynamo=dynamo_entry, backends=content)
+    return entries, missing_total
+
+
+def save_context(store: Any) -> SaveReport:
+    """Write every entry PrecompileContext holds to `store`."""
+    entries, missing = create_cache_entries()
+    memo: BackendMemo = {}
+    written = {key: put_entry(store, entry, key, memo) for key, entry in entries.items()}
+    n_backends = sum(len(e.backends) for e in entries.values())
+    return SaveReport(
+        entries=written,
+        backends=n_backends,
+        unique_backends=len(set(memo.values())),
+        missing_backends=missing,
+    )

@@ -1,0 +1,269 @@
+"""A drop-in replacement for torch's DynamoCache, backed by the store.
+
+`install()` points torch at a `StoreDynamoCache`: `torch.compile` under
+`torch._dynamo.config.caching_precompile = True` then loads entries from the
+store, and saves (`precompile.save()`, `torch.compiler.save_cache_artifacts()`
+or, by default, at interpreter exit) go into it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import os
+import pickle
+import threading
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from . import _torch_compat as tc
+from .context import PrecompileWarning, SaveReport, save_context
+from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
+
+__all__ = [
+    "StoreDynamoCache",
+    "default_store_path",
+    "install",
+    "installed",
+    "save",
+    "uninstall",
+]
+
+log = logging.getLogger(__name__)
+
+
+def default_store_path() -> str:
+    """`$PRECOMPILE_STORE`, else a directory beside Inductor's cache dir."""
+    env = os.environ.get("PRECOMPILE_STORE")
+    if env:
+        return env
+    return tc.inductor_cache_dir().rstrip(os.sep) + "-precompile"
+
+
+class StoreDynamoCache(tc.DynamoStore):
+    """torch's DynamoStore interface over a precompile `Store`."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+
+    # -- the DiskDynamoCache surface -------------------------------------
+    def path_prefix(self) -> str:
+        return str(self.store.path)
+
+    def clear(self) -> None:
+        """Forget every entry; `gc` reclaims the space."""
+        for name in self.store.refs(REF_PREFIX):
+            self.store.delete_ref(name)
+
+    def write(self, cache_entry: tc.PrecompileCacheEntry, path: str) -> None:
+        """Store `cache_entry` under key `path` and record it for Mega-Cache."""
+        try:
+            put_entry(self.store, cache_entry, path)
+        except Exception as e:
+            raise RuntimeError(f"Failed to save package to {path}: {e}") from e
+        from torch._dynamo.package import PrecompileCacheArtifact
+        from torch.compiler._cache import CacheArtifactRecorder
+
+        # Mega-Cache carries torch's own pickle, so the receiving process can
+        # load it with or without precompile installed.
+        CacheArtifactRecorder(PrecompileCacheArtifact.type(), path).record(
+            pickle.dumps(cache_entry)
+        )
+
+    def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
+        """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
+        try:
+            entry = pickle.loads(pickled_content)
+            put_entry(self.store, entry, path)
+        except Exception as e:
+            raise RuntimeError(f"Failed to save package to {path}: {e}") from e
+
+    def read(self, path: str) -> tc.PrecompileCacheEntry:
+        digest = self.store.get_ref(ref_name(path))
+        if digest is None:
+            raise RuntimeError(f"No package found with key {path}")
+        try:
+            return fetch_entry(self.store, digest)
+        except Exception as e:
+            raise RuntimeError(f"Failed to load package from key {path}: {e}") from e
+
+    def save_cache_entry(self, cache_entry: tc._DynamoCacheEntry, key: str) -> None:
+        """Save one entry with backends from PrecompileContext.
+
+        Unlike torch's, a backend PrecompileContext never recorded is reported
+        (PrecompileWarning and `counters["precompile"]["missing_backend"]`)
+        and its code is stored without it, rather than failing the save.
+        """
+        backends = tc.PrecompileContext._backend_artifacts_by_key
+        content = {}
+        for code in cache_entry.codes:
+            missing = [bid for bid in code.backend_ids if bid not in backends]
+            if missing:
+                tc.counters["precompile"]["missing_backend"] += len(missing)
+                warnings.warn(
+                    PrecompileWarning(f"backend {missing[0]} was never recorded; stored without it"),
+                    stacklevel=2,
+                )
+                code.bypassed = True
+                continue
+            content.update({bid: backends[bid] for bid in code.backend_ids})
+        self.write(tc.PrecompileCacheEntry(cache_entry, content), key)
+
+    def save(self, package: tc.CompilePackage) -> None:
+        self.save_package(package, package.source_id)
+
+    def load(self, fn: Callable[..., Any]) -> tc.PrecompileCacheEntry | None:
+        """The stored entry for `fn`, or None; never raises.
+
+        A corrupt, missing or incompatible entry is a miss with a warning and
+        `counters["dynamo_cache"]["dynamo_cache_error"]`, so torch compiles.
+        """
+        key = tc.source_id_from_fn(fn)
+        try:
+            digest = self.store.get_ref(ref_name(key))
+        except Exception as e:  # an unreadable ref is an error, not a miss
+            return self._load_failed(key, e)
+        if digest is None:
+            tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            return None
+        try:
+            entry = fetch_entry(self.store, digest)
+            for backend in entry.backends.values():
+                tc.PrecompileContext.record_artifact(backend)
+        except Exception as e:
+            return self._load_failed(key, e)
+        tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
+        with contextlib.suppress(Exception):
+            # Recency feeds size-capped eviction; a read-only store skips it.
+            self.store.touch_ref(ref_name(key))
+        return entry
+
+    def _load_failed(self, key: str, error: BaseException) -> None:
+        tc.counters["dynamo_cache"]["dynamo_cache_error"] += 1
+        log.debug("precompile entry %s failed to load", key, exc_info=True)
+        warnings.warn(
+            PrecompileWarning(
+                f"precompile entry {key[:16]} could not be loaded ({type(error).__name__}: "
+                f"{error}); compiling instead"
+            ),
+            stacklevel=3,
+        )
+        return None
+
+    def load_and_install_package(self, fn: Callable[..., Any]) -> tc.CompilePackage | None:
+        entry = self.load(fn)
+        if entry is None:
+            return None
+        package = tc.CompilePackage(fn, entry.dynamo)
+        package.install(entry.backends)
+        return package
+
+
+class _Installation:
+    def __init__(self, cache: StoreDynamoCache, previous: Any, was_enabled: bool) -> None:
+        self.cache = cache
+        self.previous = previous
+        self.was_enabled = was_enabled
+        self.original_save = tc.PrecompileContext.__dict__["save_to_dynamo_cache"]
+
+
+_lock = threading.RLock()
+_active: _Installation | None = None
+_atexit_registered = False
+
+
+def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
+    # Replaces PrecompileContext.save_to_dynamo_cache while installed, so
+    # torch.compiler.save_cache_artifacts() stitches and stores our way.
+    report = save()
+    return {"entries": report.entries, "unique_backends": report.unique_backends}
+
+
+def install(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    layers: Sequence[Any] = (),
+    enable: bool = True,
+    save_on_exit: bool = True,
+) -> StoreDynamoCache:
+    """Make torch's precompile cache use a precompile store.
+
+    `path` defaults to `default_store_path()`. `layers` are read-only stores
+    or bundles consulted after it. With `enable`, sets
+    `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
+    compiled is saved when the interpreter exits. Installing again replaces
+    the previous installation.
+    """
+    global _active, _atexit_registered
+    import torch
+
+    from .layers import open_layered
+
+    store = open_layered(os.fspath(path) if path is not None else default_store_path(), layers)
+    cache = StoreDynamoCache(store)
+    with _lock:
+        if _active is not None:
+            uninstall()
+        previous = tc.swap_dynamo_cache(cache)
+        was_enabled = bool(torch._dynamo.config.caching_precompile)
+        _active = _Installation(cache, previous, was_enabled)
+        tc.PrecompileContext.save_to_dynamo_cache = classmethod(_save_to_dynamo_cache)  # type: ignore[method-assign,assignment]
+        if enable:
+            torch._dynamo.config.caching_precompile = True
+        tc.kernel_capture.start()
+        if save_on_exit and not _atexit_registered:
+            atexit.register(_save_at_exit)
+            _atexit_registered = True
+        _active.save_on_exit = save_on_exit  # type: ignore[attr-defined]
+    return cache
+
+
+def uninstall() -> None:
+    """Give torch its own DynamoCache back."""
+    global _active
+    import torch
+
+    with _lock:
+        if _active is None:
+            return
+        tc.swap_dynamo_cache(_active.previous)
+        tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
+        torch._dynamo.config.caching_precompile = _active.was_enabled
+        tc.kernel_capture.stop()
+        _active = None
+
+
+@contextlib.contextmanager
+def installed(
+    path: str | os.PathLike[str] | None = None, **kwargs: Any
+) -> Iterator[StoreDynamoCache]:
+    """`install()` for the duration of a `with` block."""
+    cache = install(path, **kwargs)
+    try:
+        yield cache
+    finally:
+        uninstall()
+
+
+def save() -> SaveReport:
+    """Store everything compiled so far in this process."""
+    with _lock:
+        if _active is None:
+            raise RuntimeError("precompile is not installed; call precompile.install() first")
+        store = _active.cache.store
+    return save_context(getattr(store, "writable", store))
+
+
+def _save_at_exit() -> None:
+    active = _active
+    if active is None or not getattr(active, "save_on_exit", False):
+        return
+    if not tc.PrecompileContext._dynamo_cache_entries:
+        return
+    try:
+        save()
+    except Exception as e:  # at exit there is no caller to raise to
+        warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"))

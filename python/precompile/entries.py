@@ -1,0 +1,150 @@
+"""Precompile cache entries in store form.
+
+An entry is a manifest over the pickled Dynamo entry (bytecode, guards), one
+manifest per backend (see `results`), and the CPU instruction-set probe
+libraries. A ref `dynamo/<key>` names it, where `<key>` is the key torch's
+DynamoCache files the compiled function under.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import kernels, pickling
+from ._torch_compat import (
+    TORCH_VERSION,
+    BundledAOTAutogradCacheArtifact,
+    CompiledFxGraph,
+    PrecompileCacheEntry,
+    inductor_cache_dir,
+    isa_probe_libraries,
+)
+from .artifacts import StoredBackendArtifact
+from .results import (
+    PICKLED_KIND,
+    StoredBackend,
+    fetch_pickled,
+    put_pickled,
+    read_manifest,
+)
+
+__all__ = ["ENTRY_KIND", "REF_PREFIX", "BackendMemo", "fetch_entry", "put_entry", "ref_name"]
+
+ENTRY_KIND = "precompile/entry"
+ENTRY_FORMAT = 1
+REF_PREFIX = "dynamo/"
+
+# Backend manifests already written in one save, by artifact identity: the
+# same artifact reached from several entries is serialized once.
+BackendMemo = dict[int, str]
+
+
+def ref_name(key: str) -> str:
+    return REF_PREFIX + key
+
+
+def _bundled_fx(artifact: Any) -> bool:
+    if type(artifact) is not BundledAOTAutogradCacheArtifact:
+        return False
+    content = artifact.content
+    fw = getattr(content, "compiled_fw", None)
+    bw = getattr(content, "compiled_bw", None)
+    return isinstance(getattr(fw, "result", None), CompiledFxGraph) and (
+        bw is None or isinstance(getattr(bw, "result", None), CompiledFxGraph)
+    )
+
+
+def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> str:
+    """Store one backend artifact; returns its manifest digest."""
+    if isinstance(artifact, StoredBackendArtifact):
+        digest = artifact.stored_digest
+        if digest is not None and store.contains(digest):
+            memo[id(artifact)] = digest
+            return digest
+    if id(artifact) in memo:
+        return memo[id(artifact)]
+    if isinstance(artifact, StoredBackendArtifact) or _bundled_fx(artifact):
+        digest = StoredBackend.put(store, artifact.content)
+    else:
+        # Other backends (eager, regional inductor, future types) keep
+        # torch's own pickling, still deduplicated by content.
+        ref = put_pickled(store, artifact)
+        digest = store.put_manifest(
+            sorted({ref["record"], *ref["tensors"]}), {"kind": PICKLED_KIND, "artifact": ref}
+        )
+    memo[id(artifact)] = digest
+    return digest
+
+
+def put_entry(
+    store: Any, entry: PrecompileCacheEntry, key: str, memo: BackendMemo | None = None
+) -> str:
+    """Store `entry` under `key`; returns the entry manifest digest."""
+    memo = {} if memo is None else memo
+    dynamo = put_pickled(store, entry.dynamo)
+    backends = {bid: put_backend(store, art, memo) for bid, art in sorted(entry.backends.items())}
+    isa = []
+    if entry.dynamo.device_type == "cpu":
+        cache_dir = inductor_cache_dir()
+        for path in isa_probe_libraries(cache_dir):
+            rel = kernels.library_relpath(path, cache_dir)
+            if rel is not None:
+                isa.append([rel, store.put_file(path)])
+    meta = {
+        "kind": ENTRY_KIND,
+        "format": ENTRY_FORMAT,
+        "key": key,
+        "torch": TORCH_VERSION,
+        "fn_name": entry.dynamo.fn_name,
+        "device_type": entry.dynamo.device_type,
+        "dynamo": dynamo,
+        "backends": backends,
+        "isa": isa,
+    }
+    children = {dynamo["record"], *dynamo["tensors"], *backends.values(), *(d for _, d in isa)}
+    digest = store.put_manifest(sorted(children), meta)
+    store.set_ref(ref_name(key), digest)
+    return digest
+
+
+def _fetch_backend(store: Any, bid: str, digest: str, cache: dict[str, Any]) -> Any:
+    if digest not in cache:
+        _, meta = read_manifest(store, digest)
+        if meta.get("kind") == PICKLED_KIND:
+            cache[digest] = ("pickled", fetch_pickled(store, meta["artifact"]))
+        else:
+            cache[digest] = ("stored", StoredBackend.fetch(store, digest))
+    kind, value = cache[digest]
+    if kind == "pickled":
+        return pickling.loads(*value)
+    return StoredBackendArtifact(bid, value)
+
+
+def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:
+    """Read, verify and unpack an entry; places its kernel libraries.
+
+    Every blob the load path needs is read (and so verified) before any of
+    them is unpickled: a corrupt or missing object raises here, never later
+    inside torch.
+    """
+    _, meta = read_manifest(store, digest)
+    if meta.get("kind") != ENTRY_KIND:
+        raise ValueError(f"{digest} is not a precompile entry")
+    if meta.get("format") != ENTRY_FORMAT:
+        raise ValueError(f"entry format {meta.get('format')!r} is not supported")
+    if meta.get("torch") != TORCH_VERSION:
+        raise ValueError(f"entry was saved by torch {meta.get('torch')}, this is {TORCH_VERSION}")
+    dynamo_blobs = fetch_pickled(store, meta["dynamo"])
+    isa = [(kernels.validate_library_path(rel), store.get(d)) for rel, d in meta["isa"]]
+    fetched: dict[str, Any] = {}
+    backends = {
+        bid: _fetch_backend(store, bid, d, fetched) for bid, d in meta["backends"].items()
+    }
+    dynamo = pickling.loads(*dynamo_blobs)
+    cache_dir = inductor_cache_dir()
+    for rel, blob in isa:
+        kernels.place_library(cache_dir, rel, blob)
+    for kind, value in fetched.values():
+        if kind == "stored":
+            value.place_libraries(cache_dir)
+    return PrecompileCacheEntry(dynamo=dynamo, backends=backends)

@@ -1,0 +1,101 @@
+"""Compiled kernels as blobs, and putting them back where torch looks.
+
+Two kinds of binaries make a warm start compile-free:
+
+- C++ libraries Inductor built for CPU kernels. They live in Inductor's cache
+  directory under a path derived from the kernel source and compiler flags;
+  placing the file there makes torch's loader find it instead of running g++.
+  On a machine with other flags the path differs, so a mismatch is a plain
+  cache miss, never a wrong binary.
+- Triton kernel files. Only the binary (cubin, hsaco, ...) and the json
+  metadata are read to launch; IR and PTX are kept in the store but never
+  read on the load path. The group file that tells Triton which files belong
+  to a kernel is rewritten to list just those, or Triton would treat the
+  missing IR as a cache miss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from typing import Any
+
+__all__ = [
+    "LOAD_EXTENSIONS",
+    "is_load_file",
+    "place_library",
+    "trim_group_file",
+    "validate_library_path",
+]
+
+# Files Triton reads to launch a kernel; everything else is for debugging.
+LOAD_EXTENSIONS = (".cubin", ".hsaco", ".zebin", ".spv", ".json")
+
+_LIBRARY_PATH = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.\-]{1,200}\.so$")
+
+
+def is_load_file(filename: str) -> bool:
+    """Whether Triton reads `filename` when it launches a cached kernel."""
+    return filename.endswith(LOAD_EXTENSIONS)
+
+
+def trim_group_file(payload: bytes) -> bytes:
+    """Drop the children of a Triton `__grp__*.json` that launching never reads."""
+    data = json.loads(payload)
+    children = data.get("child_paths")
+    if isinstance(children, dict):
+        data["child_paths"] = {
+            name: path for name, path in children.items() if is_load_file(name)
+        }
+    return json.dumps(data, sort_keys=True).encode()
+
+
+def validate_library_path(relpath: str) -> str:
+    """Refuse a stored library path that could land outside the cache dir.
+
+    The path comes from the store, so it is checked before anything is
+    written: two hex-ish characters, a slash, a plain file name ending .so.
+    """
+    if not _LIBRARY_PATH.match(relpath) or ".." in relpath:
+        raise ValueError(f"refusing stored kernel library path {relpath!r}")
+    return relpath
+
+
+def library_relpath(path: str, cache_dir: str) -> str | None:
+    """`path` relative to the Inductor cache dir, or None if it lies elsewhere."""
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(cache_dir))
+    if rel.startswith(".."):
+        return None
+    try:
+        return validate_library_path(rel.replace(os.sep, "/"))
+    except ValueError:
+        return None
+
+
+def place_library(cache_dir: str, relpath: str, blob: Any) -> bool:
+    """Write a stored library to its place in the cache dir unless one is there.
+
+    Written to a temporary name and renamed, so a process that loads the
+    library at the same moment sees either nothing or the whole file. Returns
+    whether a file was written.
+    """
+    target = os.path.join(cache_dir, validate_library_path(relpath))
+    if os.path.exists(target):
+        return False
+    directory = os.path.dirname(target)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".precompile-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(memoryview(blob))
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return True

@@ -1,0 +1,82 @@
+"""Reading through several stores and bundles as one.
+
+A serving host can run from a shipped bundle while still writing what it
+compiles itself to a local store. `LayeredStore` answers reads from the
+writable store first, then from each read-only layer in order; writes go to
+the writable store only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from ._core import MissingObjectError, Store
+
+__all__ = ["LayeredStore", "open_layer", "open_layered"]
+
+
+def open_layer(layer: Any) -> Any:
+    """A read-only layer from a path (store dir or bundle file) or an open object."""
+    if not isinstance(layer, (str, os.PathLike)):
+        return layer
+    path = os.fspath(layer)
+    if os.path.isdir(path):
+        return Store(path, create=False)
+    from .bundle import open_bundle
+
+    return open_bundle(path)
+
+
+class LayeredStore:
+    """The store API over a writable store and read-only layers."""
+
+    def __init__(self, writable: Store, layers: Sequence[Any]) -> None:
+        self.writable = writable
+        self.layers = tuple(layers)
+        self._all = (writable, *self.layers)
+
+    @property
+    def path(self) -> str:
+        return str(self.writable.path)
+
+    def contains(self, digest: str) -> bool:
+        return any(layer.contains(digest) for layer in self._all)
+
+    def get(self, digest: str) -> Any:
+        for layer in self._all:
+            if layer.contains(digest):
+                return layer.get(digest)
+        raise MissingObjectError(f"object {digest} is in no layer")
+
+    def get_manifest(self, digest: str) -> Any:
+        for layer in self._all:
+            if layer.contains(digest):
+                return layer.get_manifest(digest)
+        raise MissingObjectError(f"manifest {digest} is in no layer")
+
+    def get_ref(self, name: str) -> str | None:
+        for layer in self._all:
+            digest = layer.get_ref(name)
+            if digest is not None:
+                return digest
+        return None
+
+    def refs(self, prefix: str = "") -> list[str]:
+        names: set[str] = set()
+        for layer in self._all:
+            names.update(layer.refs(prefix))
+        return sorted(names)
+
+    def __getattr__(self, name: str) -> Any:
+        # Writes, refs updates, gc and stats act on the writable store.
+        return getattr(self.writable, name)
+
+
+def open_layered(path: str, layers: Sequence[Any] = ()) -> Any:
+    """The store at `path`, layered over `layers` when there are any."""
+    store = Store(path)
+    if not layers:
+        return store
+    return LayeredStore(store, [open_layer(layer) for layer in layers])

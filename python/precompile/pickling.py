@@ -1,0 +1,146 @@
+"""Deterministic pickling with tensors kept out of the pickle.
+
+Content addressing only dedups what serializes to the same bytes. Plain
+pickle falls short of that in two ways that matter for torch objects:
+
+- sets pickle in hash order, which changes with PYTHONHASHSEED from one
+  process to the next;
+- tensors pickle through `torch.save`, whose archive carries a random
+  serialization id.
+
+`dumps` sorts set members and moves each tensor into a blob of its own (raw
+bytes behind a small JSON header), which also lets equal constants shared by
+different graphs be stored once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import io
+import json
+import pickle
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["dumps", "loads", "encode_tensor", "decode_tensor"]
+
+_PROTOCOL = 4
+_TENSOR_MAGIC = b"precompile-tensor\n"
+
+
+def encode_tensor(t: torch.Tensor) -> bytes:
+    """A tensor's dtype, shape, strides and bytes, in a stable encoding."""
+    base = t.detach()
+    header: dict[str, Any] = {
+        "dtype": str(base.dtype).removeprefix("torch."),
+        "shape": list(base.shape),
+        "stride": list(base.stride()),
+        "device": str(base.device),
+        "requires_grad": bool(t.requires_grad),
+        "parameter": isinstance(t, torch.nn.Parameter),
+    }
+    if base.device.type == "meta":
+        data = b""
+    else:
+        dense = base.to("cpu").contiguous()
+        nbytes = dense.numel() * dense.element_size()
+        data = ctypes.string_at(dense.data_ptr(), nbytes) if nbytes else b""
+    head = json.dumps(header, sort_keys=True, separators=(",", ":")).encode()
+    return _TENSOR_MAGIC + head + b"\n" + data
+
+
+def decode_tensor(blob: Any) -> torch.Tensor:
+    """Inverse of `encode_tensor`; the result owns writable memory."""
+    view = memoryview(blob)
+    if bytes(view[: len(_TENSOR_MAGIC)]) != _TENSOR_MAGIC:
+        raise ValueError("not an encoded tensor")
+    end = bytes(view[len(_TENSOR_MAGIC) : len(_TENSOR_MAGIC) + 4096]).index(b"\n")
+    start = len(_TENSOR_MAGIC)
+    header = json.loads(bytes(view[start : start + end]))
+    payload = view[start + end + 1 :]
+    dtype = getattr(torch, header["dtype"])
+    shape, stride = header["shape"], header["stride"]
+    device = torch.device(header["device"])
+    if device.type == "meta":
+        out = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    else:
+        if len(payload):
+            flat = torch.frombuffer(bytearray(payload), dtype=dtype)
+        else:
+            flat = torch.empty(0, dtype=dtype)
+        dense = flat.reshape(shape)
+        out = torch.empty_strided(shape, stride, dtype=dtype)
+        out.copy_(dense)
+        if device.type != "cpu":
+            out = out.to(device)
+    if header["parameter"]:
+        return torch.nn.Parameter(out, requires_grad=header["requires_grad"])
+    if header["requires_grad"]:
+        out.requires_grad_(True)
+    return out
+
+
+def _plain_tensor(obj: Any) -> bool:
+    # Subclasses (FakeTensor, functional wrappers, DTensor...) carry state a
+    # byte copy would drop; they keep their own pickling.
+    return type(obj) in (torch.Tensor, torch.nn.Parameter)
+
+
+def _sort_key(item: Any) -> tuple[str, str]:
+    return (type(item).__qualname__, repr(item))
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file: io.BytesIO, tensors: list[bytes]) -> None:
+        super().__init__(file, protocol=_PROTOCOL)
+        self._tensors = tensors
+        self._seen: dict[int, int] = {}
+
+    def persistent_id(self, obj: Any) -> Any:
+        if _plain_tensor(obj):
+            index = self._seen.get(id(obj))
+            if index is None:
+                index = len(self._tensors)
+                self._tensors.append(encode_tensor(obj))
+                self._seen[id(obj)] = index
+            return ("tensor", index)
+        return None
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is set:
+            return (set, (sorted(obj, key=_sort_key),))
+        if type(obj) is frozenset:
+            return (frozenset, (sorted(obj, key=_sort_key),))
+        return NotImplemented
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO, tensors: Sequence[Any]) -> None:
+        super().__init__(file)
+        self._tensors = tensors
+        self._decoded: dict[int, torch.Tensor] = {}
+
+    def persistent_load(self, pid: Any) -> Any:
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "tensor"):
+            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+        index = pid[1]
+        if not isinstance(index, int) or not 0 <= index < len(self._tensors):
+            raise pickle.UnpicklingError(f"tensor index {index!r} out of range")
+        if index not in self._decoded:
+            self._decoded[index] = decode_tensor(self._tensors[index])
+        return self._decoded[index]
+
+
+def dumps(obj: Any) -> tuple[bytes, list[bytes]]:
+    """Pickle `obj`; returns the pickle and the encoded tensors it refers to."""
+    buf = io.BytesIO()
+    tensors: list[bytes] = []
+    _Pickler(buf, tensors).dump(obj)
+    return buf.getvalue(), tensors
+
+
+def loads(data: Any, tensors: Sequence[Any] = ()) -> Any:
+    """Unpickle what `dumps` produced; `tensors` are the blobs in its order."""
+    return _Unpickler(io.BytesIO(memoryview(data)), tensors).load()

@@ -1,0 +1,122 @@
+"""One side of a two-process warm-start test, run as a subprocess.
+
+    python scenario.py NAME compile|load STORE OUT_JSON
+
+`compile` installs precompile, compiles and runs scenario NAME, saves, and
+writes outputs and counters; `load` does the same in a fresh process that
+should find everything in the store. The parent test compares the two.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import torch
+
+import precompile
+
+torch.manual_seed(0)
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, d_in: int = 16, d_hidden: int = 32, d_out: int = 8) -> None:
+        super().__init__()
+        self.l1 = torch.nn.Linear(d_in, d_hidden)
+        self.l2 = torch.nn.Linear(d_hidden, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.l2(torch.relu(self.l1(x)))).sum(-1)
+
+
+def inference():
+    model = MLP()
+    fn = torch.compile(model)
+    with torch.no_grad():
+        return [fn(torch.randn(4, 16))]
+
+
+def training():
+    model = MLP()
+    fn = torch.compile(model)
+    x = torch.randn(4, 16)
+    out = fn(x)
+    out.sum().backward()
+    return [out.detach(), model.l1.weight.grad, model.l2.bias.grad]
+
+
+def _with_break(x: torch.Tensor) -> torch.Tensor:
+    y = torch.sin(x) * 2
+    torch._dynamo.graph_break()
+    return torch.cos(y) + 1
+
+
+def graph_break():
+    fn = torch.compile(_with_break)
+    return [fn(torch.randn(8, 8))]
+
+
+def _scale(x: torch.Tensor) -> torch.Tensor:
+    return (x * 3 + 1).relu().sum(0)
+
+
+def dynamic():
+    fn = torch.compile(_scale)
+    return [fn(torch.randn(n, 4)) for n in (2, 3, 5, 9)]
+
+
+def _shared_a(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * x + 1
+
+
+def _shared_b(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * x + 1
+
+
+def shared():
+    a, b = torch.compile(_shared_a), torch.compile(_shared_b)
+    x = torch.randn(16, 16)
+    return [a(x), b(x)]
+
+
+SCENARIOS = {
+    "inference": inference,
+    "training": training,
+    "graph_break": graph_break,
+    "dynamic": dynamic,
+    "shared": shared,
+}
+
+
+def main() -> None:
+    name, mode, store, out_path = sys.argv[1:5]
+    from torch._dynamo.utils import counters
+
+    precompile.install(store, save_on_exit=False)
+    start = time.perf_counter()
+    outputs = SCENARIOS[name]()
+    elapsed = time.perf_counter() - start
+    report = None
+    if mode == "compile":
+        r = precompile.save()
+        report = {
+            "entries": r.entries,
+            "backends": r.backends,
+            "unique_backends": r.unique_backends,
+            "missing_backends": r.missing_backends,
+        }
+    torch.save([o.detach() for o in outputs], out_path + ".pt")
+    with open(out_path, "w") as f:
+        json.dump(
+            {
+                "seconds": elapsed,
+                "counters": {k: dict(v) for k, v in counters.items()},
+                "report": report,
+            },
+            f,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""Compile in one process, load in another that has only the store.
+
+The loading process gets a fresh Inductor cache dir, an empty Triton cache
+dir and a compiler spy on PATH: it must produce the same outputs without an
+FX-graph or AOTAutograd cache miss and without running the compiler.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import precompile
+from warm_start import counter, run_scenario
+
+pytestmark = pytest.mark.torch
+
+
+def _assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def _assert_compiled_nothing(b: dict) -> None:
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1, b["counters"]
+    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 0, b["stderr"][-3000:]
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
+    assert b["compiler_runs"] == [], b["compiler_runs"]
+
+
+def _round_trip(name: str, tmp_path: Path) -> tuple[dict, dict, Path]:
+    store = tmp_path / "store"
+    a = run_scenario(name, "compile", store, tmp_path)
+    assert counter(a, "dynamo_cache", "dynamo_cache_miss") >= 1
+    assert a["compiler_runs"], "the compiling side should have run the compiler"
+    b = run_scenario(name, "load", store, tmp_path)
+    return a, b, store
+
+
+@pytest.mark.parametrize("name", ["inference", "training", "graph_break", "dynamic"])
+def test_second_process_compiles_nothing(name: str, tmp_path: Path) -> None:
+    a, b, _ = _round_trip(name, tmp_path)
+    assert a["report"]["missing_backends"] == 0
+    _assert_same(a["outputs"], b["outputs"])
+    _assert_compiled_nothing(b)
+
+
+def test_graph_break_and_recompiles_are_separate_backends(tmp_path: Path) -> None:
+    a = run_scenario("graph_break", "compile", tmp_path / "s1", tmp_path / "gb")
+    assert a["report"]["backends"] >= 2
+    d = run_scenario("dynamic", "compile", tmp_path / "s2", tmp_path / "dyn")
+    assert d["report"]["backends"] >= 2
+
+
+def test_identical_backends_are_stored_once(tmp_path: Path) -> None:
+    a, b, store = _round_trip("shared", tmp_path)
+    report = a["report"]
+    assert len(report["entries"]) == 2
+    assert report["backends"] == 2
+    assert report["unique_backends"] == 1
+    _assert_same(a["outputs"], b["outputs"])
+    _assert_compiled_nothing(b)
+    # The two entries' manifests both list the one backend manifest.
+    s = precompile.Store(str(store))
+    backend_sets = []
+    for digest in report["entries"].values():
+        _, meta = s.get_manifest(digest)
+        backend_sets.append(set(meta["backends"].values()))
+    assert backend_sets[0] == backend_sets[1]
+
+
+def test_corrupt_blob_falls_back_to_compiling(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("inference", "compile", store, tmp_path)
+    s = precompile.Store(str(store))
+    (entry,) = a["report"]["entries"].values()
+    _, meta = s.get_manifest(entry)
+    (backend,) = set(meta["backends"].values())
+    _, bmeta = s.get_manifest(backend)
+    _, gmeta = s.get_manifest(bmeta["forward"])
+    victim = Path(s.object_path(gmeta["fields"]["source_code"]))
+    data = bytearray(victim.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    victim.chmod(0o644)
+    victim.write_bytes(bytes(data))
+
+    b = run_scenario("inference", "load", store, tmp_path)
+    _assert_same(a["outputs"], b["outputs"])
+    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 1
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 0
+    assert "could not be loaded" in b["stderr"]
+    assert "PrecompileWarning" in b["stderr"]
+    assert b["compiler_runs"], "the fallback compiles for real"

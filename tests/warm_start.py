@@ -1,0 +1,71 @@
+"""Helpers for two-process warm-start tests: fresh caches and a compiler spy."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+SCENARIO = Path(__file__).parent / "programs" / "scenario.py"
+_COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
+
+
+def compiler_spy(bin_dir: Path, log: Path) -> None:
+    """Put wrappers for the C/C++ compilers in `bin_dir` that log each call."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in _COMPILERS:
+        real = shutil.which(name)
+        if real is None:
+            continue
+        script = bin_dir / name
+        script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
+        script.chmod(0o755)
+
+
+def compiler_runs(log: Path) -> list[str]:
+    """Logged compiler calls, other than version probes."""
+    if not log.exists():
+        return []
+    return [line for line in log.read_text().splitlines() if not line.endswith("--version")]
+
+
+def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run one side in a fresh process with its own Inductor and Triton caches."""
+    side = work / mode
+    side.mkdir(parents=True, exist_ok=True)
+    log = side / "compiler.log"
+    compiler_spy(side / "bin", log)
+    env = dict(os.environ)
+    env.update(
+        TORCHINDUCTOR_CACHE_DIR=str(side / "inductor"),
+        TRITON_CACHE_DIR=str(side / "triton"),
+        PATH=f"{side / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONWARNINGS="default",
+    )
+    env.pop("CXX", None)
+    env.update(extra_env or {})
+    out = side / "result.json"
+    proc = subprocess.run(
+        [sys.executable, str(SCENARIO), name, mode, str(store), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"{mode} side of {name} failed:\n{proc.stderr[-6000:]}")
+    result = json.loads(out.read_text())
+    result["outputs"] = torch.load(str(out) + ".pt")
+    result["compiler_runs"] = compiler_runs(log)
+    result["stderr"] = proc.stderr
+    return result
+
+
+def counter(result: dict[str, Any], group: str, name: str) -> int:
+    return int(result["counters"].get(group, {}).get(name, 0))
