@@ -10,6 +10,7 @@ should find everything in the store. The parent test compares the two.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -93,7 +94,9 @@ def main() -> None:
     name, mode, store, out_path = sys.argv[1:5]
     from torch._dynamo.utils import counters
 
-    precompile.install(store, save_on_exit=False)
+    # Read-only layers (bundle files or store dirs) under the store, if any.
+    layers = [p for p in os.environ.get("PRECOMPILE_TEST_LAYERS", "").split(os.pathsep) if p]
+    precompile.install(store, layers=layers, save_on_exit=False)
     start = time.perf_counter()
     outputs = SCENARIOS[name]()
     elapsed = time.perf_counter() - start
