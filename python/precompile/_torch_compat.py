@@ -212,11 +212,13 @@ kernel_capture = _KernelCapture()
 def isa_probe_libraries(cache_dir: str) -> list[str]:
     """The CPU instruction-set probe libraries Inductor built in `cache_dir`.
 
-    Inductor picks a vector ISA by compiling and loading a tiny probe library
-    per candidate ISA, and marks a probe that loaded with a `.load_ok` file
-    beside it; no other library gets such a marker. Shipping the probes (but
-    not the markers, so the target machine still test-loads them) spares a
-    fresh machine those compiler runs.
+    Inductor picks a vector ISA among those the CPU reports (cpuid) by
+    compiling a tiny probe library per candidate and dlopen-ing it in a
+    child process; a probe that loaded gets a `.load_ok` marker beside it,
+    and no other library gets one. The probe's cache key covers the compiler
+    version, the ISA flags and the torch version, so a machine that finds the
+    same key would build the same probe: shipping probe and marker spares it
+    both the compiler runs and the child processes (seconds each).
     """
     found = []
     try:

@@ -144,6 +144,7 @@ def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:
     cache_dir = inductor_cache_dir()
     for rel, blob in isa:
         kernels.place_library(cache_dir, rel, blob)
+        kernels.mark_probe_loaded(cache_dir, rel)
     for kind, value in fetched.values():
         if kind == "stored":
             value.place_libraries(cache_dir)

@@ -25,6 +25,7 @@ from typing import Any
 __all__ = [
     "LOAD_EXTENSIONS",
     "is_load_file",
+    "mark_probe_loaded",
     "place_library",
     "trim_group_file",
     "validate_library_path",
@@ -72,6 +73,17 @@ def library_relpath(path: str, cache_dir: str) -> str | None:
         return validate_library_path(rel.replace(os.sep, "/"))
     except ValueError:
         return None
+
+
+def mark_probe_loaded(cache_dir: str, relpath: str) -> None:
+    """Write the marker Inductor leaves beside an ISA probe that loaded.
+
+    See `_torch_compat.isa_probe_libraries` for why this is sound.
+    """
+    marker = os.path.join(cache_dir, validate_library_path(relpath)) + ".load_ok"
+    if not os.path.exists(marker):
+        with open(marker, "w"):
+            pass
 
 
 def place_library(cache_dir: str, relpath: str, blob: Any) -> bool:

@@ -1,0 +1,65 @@
+"""Models the benchmarks compile: small enough for a 2-core CPU, real layers."""
+
+from __future__ import annotations
+
+import torch
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, width: int = 64) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(width, 4 * width),
+            torch.nn.GELU(),
+            torch.nn.Linear(4 * width, width),
+            torch.nn.LayerNorm(width),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class Transformer(torch.nn.Module):
+    """A 4-layer encoder, as serving stacks compile it."""
+
+    def __init__(self, d_model: int = 64, layers: int = 4) -> None:
+        super().__init__()
+        layer = torch.nn.TransformerEncoderLayer(
+            d_model, nhead=4, dim_feedforward=4 * d_model, batch_first=True, dropout=0.0
+        )
+        self.encoder = torch.nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x))
+
+
+def build(name: str, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
+    torch.manual_seed(0)
+    if name == "mlp":
+        model, x = MLP(), torch.randn(32, 64)
+    elif name == "transformer":
+        model, x = Transformer(), torch.randn(4, 16, 64)
+    else:
+        raise ValueError(f"unknown model {name!r}")
+    return model.to(device).eval(), x.to(device)
+
+
+def shared_kernel_module(k: int, directory: str) -> str:
+    """Write a module of K distinct functions that compile to identical kernels.
+
+    They are separate functions in a real file (Dynamo keys entries by
+    function and checks their source), computing the same thing, as K models
+    built from the same blocks do. Returns the module name.
+    """
+    lines = ["import torch", ""]
+    for i in range(k):
+        lines += [
+            f"def block_{i}(x, w1, w2):",
+            "    h = torch.nn.functional.gelu(x @ w1)",
+            "    return torch.nn.functional.layer_norm(h @ w2, (w2.shape[1],))",
+            "",
+        ]
+    with open(f"{directory}/shared_blocks.py", "w") as f:
+        f.write("\n".join(lines))
+    return "shared_blocks"

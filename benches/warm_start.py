@@ -1,0 +1,191 @@
+"""Warm start: torch's DiskDynamoCache against precompile, in one run.
+
+    python benches/warm_start.py [--device cpu|cuda] [--models mlp,transformer] [--repeat 3]
+
+For each model and each store, in fresh processes, it times the first call
+(in-process, around the call that compiles or loads):
+
+- cold: empty caches, compile from scratch, then save;
+- warm: every cache of the cold run still present;
+- fresh machine: a new Inductor cache dir (and Triton cache dir), only the
+  store travels (torch: its `dynamo/` dir; precompile: the store dir).
+
+It also reports bytes on disk for one model and for K=8 functions that share
+kernels, and precompile's per-entry overhead (ref lookup + verify + map).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _du(path: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(root, f)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+# ---------------------------------------------------------------- child side
+def child(args: argparse.Namespace) -> None:
+    import torch
+
+    sys.path.insert(0, str(HERE))
+    import models
+
+    torch._dynamo.config.caching_precompile = True
+    if args.store == "precompile":
+        import precompile
+
+        cache = precompile.install(args.store_dir, save_on_exit=False)
+    out: dict = {}
+    if args.model == "shared":
+        sys.path.insert(0, args.work)
+        mod = __import__(models.shared_kernel_module(8, args.work) if args.phase == "cold" else "shared_blocks")
+        fns = [torch.compile(getattr(mod, f"block_{i}")) for i in range(8)]
+        x = torch.randn(16, 32, device=args.device)
+        w1 = torch.randn(32, 64, device=args.device)
+        w2 = torch.randn(64, 32, device=args.device)
+        start = time.perf_counter()
+        for fn in fns:
+            fn(x, w1, w2)
+    else:
+        model, x = models.build(args.model, args.device)
+        with torch.no_grad():
+            compiled = torch.compile(model)
+            start = time.perf_counter()
+            compiled(x)
+            if args.device == "cuda":
+                torch.cuda.synchronize()
+    out["first_call_s"] = time.perf_counter() - start
+    if args.phase == "cold":
+        if args.store == "precompile":
+            precompile.save()
+        else:
+            torch.compiler.save_cache_artifacts()
+    if args.store == "precompile" and args.phase != "cold":
+        # Store overhead for one entry: ref lookup + read + verify + map.
+        from precompile.entries import fetch_entry, ref_name
+
+        keys = [k.removeprefix("dynamo/") for k in cache.store.refs("dynamo/")]
+        samples = []
+        for _ in range(50):
+            t = time.perf_counter()
+            fetch_entry(cache.store, cache.store.get_ref(ref_name(keys[0])))
+            samples.append(time.perf_counter() - t)
+        out["entry_overhead_ms"] = statistics.median(samples) * 1e3
+    from torch._dynamo.utils import counters
+
+    out["counters"] = {k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor", "aot_autograd")}
+    Path(args.out).write_text(json.dumps(out))
+
+
+# --------------------------------------------------------------- parent side
+def run_child(store: str, phase: str, model: str, device: str, work: Path, inductor: Path, store_dir: Path) -> dict:
+    out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
+    cmd = [
+        sys.executable, __file__, "child", "--store", store, "--phase", phase, "--model", model,
+        "--device", device, "--work", str(work), "--store-dir", str(store_dir), "--out", str(out),
+    ]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"child {store}/{model}/{phase} failed:\n{proc.stderr[-4000:]}")
+    return json.loads(out.read_text())
+
+
+def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dict:
+    work = root / f"{store}-{model}"
+    work.mkdir(parents=True)
+    inductor = work / "inductor"
+    store_dir = work / "store" if store == "precompile" else inductor / "dynamo"
+    cold = run_child(store, "cold", model, device, work, inductor, store_dir)
+    warm = [run_child(store, "warm", model, device, work, inductor, store_dir) for _ in range(repeat)]
+    fresh = []
+    for i in range(repeat):
+        fresh_inductor = work / f"fresh{i}"
+        fresh_store = store_dir
+        if store == "torch":
+            # torch's entries live inside the Inductor cache dir: carry only them.
+            fresh_store = fresh_inductor / "dynamo"
+            shutil.copytree(store_dir, fresh_store)
+        fresh.append(run_child(store, "fresh", model, device, work, fresh_inductor, fresh_store))
+    return {
+        "cold": cold["first_call_s"],
+        "warm": statistics.median(r["first_call_s"] for r in warm),
+        "fresh": statistics.median(r["first_call_s"] for r in fresh),
+        "bytes": _du(store_dir),
+        "overhead_ms": statistics.median(r.get("entry_overhead_ms", float("nan")) for r in warm),
+        "fresh_counters": fresh[-1]["counters"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd")
+    c = sub.add_parser("child")
+    for name in ("--store", "--phase", "--model", "--device", "--work", "--store-dir", "--out"):
+        c.add_argument(name, required=True)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--models", default="mlp,transformer")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args()
+    if args.cmd == "child":
+        child(args)
+        return
+    root = Path(tempfile.mkdtemp(prefix="precompile-warm-"))
+    results: dict = {}
+    try:
+        for model in [*args.models.split(","), "shared"]:
+            for store in ("torch", "precompile"):
+                repeat = args.repeat if model != "shared" else 1
+                results[(model, store)] = measure(store, model, args.device, root, repeat)
+                print(f"  measured {model} / {store}", file=sys.stderr)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print_table(results, args)
+    if args.json:
+        Path(args.json).write_text(json.dumps({f"{m}/{s}": v for (m, s), v in results.items()}, indent=1))
+
+
+def print_table(results: dict, args: argparse.Namespace) -> None:
+    print(f"\nwarm start, device={args.device}, median of {args.repeat} fresh processes (first call, in-process)")
+    print(f"{'model':<12}{'metric':<22}{'torch':>12}{'precompile':>12}{'torch/ours':>12}")
+    rows = [
+        ("cold compile s", "cold"),
+        ("warm (all caches) s", "warm"),
+        ("fresh machine s", "fresh"),
+        ("bytes on disk", "bytes"),
+    ]
+    for model in [m for m in args.models.split(",")] + ["shared"]:
+        t, p = results[(model, "torch")], results[(model, "precompile")]
+        label = model if model != "shared" else "K=8 shared"
+        for title, key in rows:
+            ratio = t[key] / p[key] if p[key] else float("inf")
+            fmt = "{:>12.0f}" if key == "bytes" else "{:>12.3f}"
+            print(f"{label:<12}{title:<22}" + fmt.format(t[key]) + fmt.format(p[key]) + f"{ratio:>11.1f}x")
+        if model != "shared":
+            print(f"{label:<12}{'store overhead ms':<22}{'':>12}{p['overhead_ms']:>12.3f}")
+    print()
+
+
+if __name__ == "__main__":
+    main()
