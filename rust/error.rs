@@ -70,7 +70,10 @@ pub enum Error {
 impl Error {
     /// Wraps an `io::Error` with the path it happened on.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// True for an I/O error of kind `NotFound`.

@@ -139,7 +139,9 @@ mod tests {
 
     #[test]
     fn parallel_and_serial_agree() {
-        let data: Vec<u8> = (0..PARALLEL_THRESHOLD * 3 + 17).map(|i| (i * 7) as u8).collect();
+        let data: Vec<u8> = (0..PARALLEL_THRESHOLD * 3 + 17)
+            .map(|i| (i * 7) as u8)
+            .collect();
         assert_eq!(hash_bytes(&data), Digest::from(blake3::hash(&data)));
     }
 

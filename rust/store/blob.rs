@@ -21,7 +21,10 @@ pub struct Blob {
 
 impl Blob {
     pub(crate) fn new(digest: Digest, map: Option<Mmap>) -> Self {
-        Blob { digest, map: map.map(Arc::new) }
+        Blob {
+            digest,
+            map: map.map(Arc::new),
+        }
     }
 
     /// The object's name.
@@ -53,6 +56,9 @@ impl AsRef<[u8]> for Blob {
 
 impl fmt::Debug for Blob {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Blob").field("digest", &self.digest).field("len", &self.len()).finish()
+        f.debug_struct("Blob")
+            .field("digest", &self.digest)
+            .field("len", &self.len())
+            .finish()
     }
 }

@@ -61,7 +61,11 @@ impl TmpFile {
             .mode(mode)
             .open(&path)
             .at(&path)?;
-        Ok(TmpFile { file, path, armed: true })
+        Ok(TmpFile {
+            file,
+            path,
+            armed: true,
+        })
     }
 
     /// Creates a tmp file holding `data`, already fsynced.

@@ -39,20 +39,27 @@ impl Store {
     /// belong to crashed writers.
     pub fn gc(&self, dry_run: bool, grace: Duration) -> Result<GcReport> {
         let _lock = self.lock(LockMode::Exclusive)?;
-        let cutoff = SystemTime::now().checked_sub(grace).unwrap_or(SystemTime::UNIX_EPOCH);
+        let cutoff = SystemTime::now()
+            .checked_sub(grace)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut marked = Marked::default();
         self.mark(self.ref_targets()?, Strictness::Fail, &mut marked)?;
 
         let objects = self.list_objects()?;
         let mut young = Vec::new();
         for object in &objects {
-            if !marked.reached.contains(&object.digest) && mtime(&object.meta, &object.path)? > cutoff {
+            if !marked.reached.contains(&object.digest)
+                && mtime(&object.meta, &object.path)? > cutoff
+            {
                 young.push(object.digest);
             }
         }
         self.mark(young, Strictness::Fail, &mut marked)?;
 
-        let mut report = GcReport { dry_run, ..GcReport::default() };
+        let mut report = GcReport {
+            dry_run,
+            ..GcReport::default()
+        };
         for object in objects {
             if marked.reached.contains(&object.digest) {
                 report.objects_kept += 1;
@@ -73,7 +80,10 @@ impl Store {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::io(path, e)),
             };
-            if meta.is_file() && mtime(&meta, &path)? <= cutoff && (dry_run || remove_if_present(&path)?) {
+            if meta.is_file()
+                && mtime(&meta, &path)? <= cutoff
+                && (dry_run || remove_if_present(&path)?)
+            {
                 report.tmp_freed += 1;
             }
         }
@@ -108,9 +118,17 @@ mod tests {
         s.set_ref("b", &direct).unwrap();
 
         // Everything is young under the default grace.
-        assert_eq!(s.gc(false, Duration::from_secs(3600)).unwrap().objects_freed, 0);
+        assert_eq!(
+            s.gc(false, Duration::from_secs(3600))
+                .unwrap()
+                .objects_freed,
+            0
+        );
         let dry = s.gc(true, Duration::ZERO).unwrap();
-        assert_eq!((dry.objects_freed, dry.objects_kept, dry.dry_run), (1, 4, true));
+        assert_eq!(
+            (dry.objects_freed, dry.objects_kept, dry.dry_run),
+            (1, 4, true)
+        );
         assert!(s.contains(&garbage).unwrap());
         let real = s.gc(false, Duration::ZERO).unwrap();
         assert_eq!((real.objects_freed, real.objects_kept), (1, 4));
@@ -148,7 +166,10 @@ mod tests {
         *bytes.last_mut().unwrap() = b' ';
         fs::remove_file(&p).unwrap();
         fs::write(&p, bytes).unwrap();
-        assert!(matches!(s.gc(false, Duration::ZERO), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            s.gc(false, Duration::ZERO),
+            Err(Error::Corrupt { .. })
+        ));
         assert!(s.contains(&child).unwrap());
     }
 

@@ -6,6 +6,7 @@
 //! <root>/refs/<name>             "<64 hex>\n"; names may contain '/'
 //! <root>/tmp/                    in-flight writes
 //! <root>/locks/gc.lock           the GC lock (see `lock.rs`)
+//! <root>/locks/gc.gate           passed before taking it, so GC cannot starve
 //! ```
 
 use std::fs;
@@ -60,6 +61,11 @@ impl Layout {
         self.root.join("locks").join("gc.lock")
     }
 
+    /// `locks/gc.gate`.
+    pub fn gc_gate(&self) -> PathBuf {
+        self.root.join("locks").join("gc.gate")
+    }
+
     /// `FORMAT`.
     pub fn format_file(&self) -> PathBuf {
         self.root.join("FORMAT")
@@ -90,7 +96,10 @@ impl Layout {
             Err(e) if e.kind() == ErrorKind::NotFound && create => self.init(),
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::io(
                 &self.root,
-                io::Error::new(ErrorKind::NotFound, "no precompile store here (create=False)"),
+                io::Error::new(
+                    ErrorKind::NotFound,
+                    "no precompile store here (create=False)",
+                ),
             )),
             Err(e) => Err(Error::io(format, e)),
         }
@@ -119,12 +128,14 @@ impl Layout {
             fs::create_dir_all(&dir).at(&dir)?;
         }
         fsync_dir(&objects)?;
-        fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(self.gc_lock())
-            .at(&self.gc_lock())?;
+        for lock in [self.gc_lock(), self.gc_gate()] {
+            fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&lock)
+                .at(&lock)?;
+        }
         fsync_dir(&self.root)?;
 
         let content = format!("{FORMAT_MAGIC}\n{FORMAT_VERSION}\n");
@@ -170,8 +181,14 @@ mod tests {
     fn format_versions() {
         let p = Path::new("FORMAT");
         assert!(check_format("precompile-store\n1\n", p).is_ok());
-        assert!(matches!(check_format("precompile-store\n2\n", p), Err(Error::Format(_))));
-        assert!(matches!(check_format("something-else\n1\n", p), Err(Error::Format(_))));
+        assert!(matches!(
+            check_format("precompile-store\n2\n", p),
+            Err(Error::Format(_))
+        ));
+        assert!(matches!(
+            check_format("something-else\n1\n", p),
+            Err(Error::Format(_))
+        ));
         assert!(matches!(check_format("", p), Err(Error::Format(_))));
     }
 
@@ -191,7 +208,10 @@ mod tests {
     fn refuses_foreign_directory() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("notes.txt"), "mine").unwrap();
-        assert!(matches!(Layout::new(dir.path()).open(true), Err(Error::Format(_))));
+        assert!(matches!(
+            Layout::new(dir.path()).open(true),
+            Err(Error::Format(_))
+        ));
     }
 
     proptest! {

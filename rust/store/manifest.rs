@@ -65,7 +65,10 @@ impl Manifest {
             .iter()
             .map(|hex| Digest::from_hex(hex).map_err(|e| e.to_string()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Manifest { children, meta: doc.meta })
+        Ok(Manifest {
+            children,
+            meta: doc.meta,
+        })
     }
 }
 
@@ -78,8 +81,15 @@ impl Store {
     /// Stores a manifest listing `children`, which must all be stored
     /// ([`Error::Missing`] otherwise), so "reachable from a ref" is always
     /// well defined.
-    pub fn put_manifest(&self, children: &[Digest], meta: Map<String, Value>) -> Result<PutOutcome> {
-        let manifest = Manifest { children: children.to_vec(), meta };
+    pub fn put_manifest(
+        &self,
+        children: &[Digest],
+        meta: Map<String, Value>,
+    ) -> Result<PutOutcome> {
+        let manifest = Manifest {
+            children: children.to_vec(),
+            meta,
+        };
         let bytes = manifest.encode();
         let digest = crate::hash::hash_bytes(&bytes);
         let _lock = self.lock(LockMode::Shared)?;
@@ -100,7 +110,9 @@ impl Store {
         let blob = self.get(digest)?;
         match Manifest::decode(&blob) {
             Some(Ok(manifest)) => Ok(manifest),
-            Some(Err(why)) => Err(Error::Format(format!("object {digest} is not a valid manifest: {why}"))),
+            Some(Err(why)) => Err(Error::Format(format!(
+                "object {digest} is not a valid manifest: {why}"
+            ))),
             None => Err(Error::Format(format!("object {digest} is not a manifest"))),
         }
     }
@@ -117,7 +129,10 @@ mod tests {
         let mut meta = Map::new();
         meta.insert("b".into(), Value::from(1));
         meta.insert("a".into(), Value::from("x"));
-        let m = Manifest { children: vec![hash_bytes(b"c")], meta };
+        let m = Manifest {
+            children: vec![hash_bytes(b"c")],
+            meta,
+        };
         let text = String::from_utf8(m.encode()).unwrap();
         let hex = hash_bytes(b"c").to_hex();
         assert_eq!(
@@ -129,7 +144,9 @@ mod tests {
     #[test]
     fn decode_rejects() {
         assert!(Manifest::decode(b"plain data").is_none());
-        assert!(Manifest::decode(b"precompile-manifest\n{").unwrap().is_err());
+        assert!(Manifest::decode(b"precompile-manifest\n{")
+            .unwrap()
+            .is_err());
         let v2 = b"precompile-manifest\n{\"version\":2,\"children\":[],\"meta\":{}}";
         assert!(Manifest::decode(v2).unwrap().is_err());
         let bad_child = b"precompile-manifest\n{\"version\":1,\"children\":[\"zz\"],\"meta\":{}}";

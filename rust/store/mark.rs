@@ -35,7 +35,11 @@ impl Store {
         let mut targets = Vec::new();
         let mut bad = None;
         walk_refs(&self.layout.refs_dir(), "", &mut |name, path| {
-            match std::fs::read_to_string(path).ok().as_deref().and_then(decode_ref) {
+            match std::fs::read_to_string(path)
+                .ok()
+                .as_deref()
+                .and_then(decode_ref)
+            {
                 Some(d) => targets.push(d),
                 // Vanished between listing and reading: deleted concurrently.
                 None if !path.exists() => {}

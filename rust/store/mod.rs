@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use crate::error::{IoContext, Result};
 use crate::hash::Digest;
-use crate::lock::{FileLock, LockMode};
+use crate::lock::{GcLock, LockMode};
 
 pub use blob::Blob;
 pub use gc::GcReport;
@@ -85,7 +85,11 @@ impl Store {
         let root = std::path::absolute(path).at(path)?;
         let layout = Layout::new(root);
         layout.open(options.create)?;
-        Ok(Store { layout, options, counters: Counters::default() })
+        Ok(Store {
+            layout,
+            options,
+            counters: Counters::default(),
+        })
     }
 
     /// The store root, absolute.
@@ -109,8 +113,13 @@ impl Store {
     }
 
     /// Takes the GC lock, waiting at most the store's lock timeout.
-    pub(crate) fn lock(&self, mode: LockMode) -> Result<FileLock> {
-        FileLock::acquire(&self.layout.gc_lock(), mode, self.options.lock_timeout)
+    pub(crate) fn lock(&self, mode: LockMode) -> Result<GcLock> {
+        GcLock::acquire(
+            &self.layout.gc_gate(),
+            &self.layout.gc_lock(),
+            mode,
+            self.options.lock_timeout,
+        )
     }
 }
 

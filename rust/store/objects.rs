@@ -40,7 +40,11 @@ impl Store {
     /// writer of the same content.
     pub fn put_hashed(&self, digest: &Digest, data: &[u8], recheck: bool) -> Result<bool> {
         let _lock = self.lock(LockMode::Shared)?;
-        self.put_locked(digest, |file| file.write_all(data), recheck.then_some("the input buffer"))
+        self.put_locked(
+            digest,
+            |file| file.write_all(data),
+            recheck.then_some("the input buffer"),
+        )
     }
 
     /// Stores the content of the file at `src`, streaming: the file is hashed
@@ -126,7 +130,9 @@ impl Store {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(Error::io(obj, e)),
         };
-        let age = SystemTime::now().duration_since(mtime(&meta, obj)?).unwrap_or_default();
+        let age = SystemTime::now()
+            .duration_since(mtime(&meta, obj)?)
+            .unwrap_or_default();
         if age > self.options.freshen_after {
             return touch(obj);
         }
@@ -216,8 +222,17 @@ mod tests {
         fs::remove_file(&p).unwrap();
         fs::write(&p, b"some contenT").unwrap();
         assert!(matches!(s.get(&d), Err(Error::Corrupt { .. })));
-        let unverified = Store::open(s.path(), Options { verify: false, ..Options::default() });
-        assert_eq!(unverified.unwrap().get(&d).unwrap().as_bytes(), b"some contenT");
+        let unverified = Store::open(
+            s.path(),
+            Options {
+                verify: false,
+                ..Options::default()
+            },
+        );
+        assert_eq!(
+            unverified.unwrap().get(&d).unwrap().as_bytes(),
+            b"some contenT"
+        );
         fs::remove_file(&p).unwrap();
         assert!(matches!(s.get(&d), Err(Error::Missing { .. })));
     }
@@ -235,7 +250,10 @@ mod tests {
     #[test]
     fn dedup_freshens_old_objects() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = Options { freshen_after: Duration::from_millis(50), ..Options::default() };
+        let opts = Options {
+            freshen_after: Duration::from_millis(50),
+            ..Options::default()
+        };
         let s = Store::open(dir.path().join("s"), opts).unwrap();
         let d = s.put(b"old").unwrap().digest;
         let p = s.object_path(&d);

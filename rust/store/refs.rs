@@ -85,7 +85,9 @@ impl Store {
         match tmp.rename_to(&path) {
             // rename(2) refuses to replace a directory: `name` is a namespace.
             Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::IsADirectory => {
-                return Err(Error::InvalidName(format!("{name:?} is a namespace of other refs")));
+                return Err(Error::InvalidName(format!(
+                    "{name:?} is a namespace of other refs"
+                )));
             }
             other => other?,
         }
@@ -99,7 +101,12 @@ impl Store {
             Ok(text) => decode_ref(&text)
                 .map(Some)
                 .ok_or_else(|| Error::Format(format!("ref file {} is malformed", path.display()))),
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::IsADirectory) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
+                ) =>
+            {
                 Ok(None)
             }
             Err(e) => Err(Error::io(path, e)),
@@ -114,7 +121,12 @@ impl Store {
                 fsync_dir(path.parent().expect("refs live under refs/"))?;
                 Ok(true)
             }
-            Err(e) if matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::IsADirectory) => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
+                ) =>
+            {
                 Ok(false)
             }
             Err(e) => Err(Error::io(path, e)),
@@ -191,7 +203,9 @@ pub(crate) fn walk_refs(
     };
     for entry in entries {
         let entry = entry.at(dir)?;
-        let Ok(file_name) = entry.file_name().into_string() else { continue };
+        let Ok(file_name) = entry.file_name().into_string() else {
+            continue;
+        };
         if file_name.starts_with('.') {
             continue;
         }
@@ -214,11 +228,22 @@ mod tests {
 
     #[test]
     fn invalid_names() {
-        for bad in ["", "/abs", "a/../b", "..", ".", "a//b", "a/", ".hidden", "a/.b", "a\\b", "a\0b"] {
-            assert!(matches!(validate_name(bad), Err(Error::InvalidName(_))), "{bad:?}");
+        for bad in [
+            "", "/abs", "a/../b", "..", ".", "a//b", "a/", ".hidden", "a/.b", "a\\b", "a\0b",
+        ] {
+            assert!(
+                matches!(validate_name(bad), Err(Error::InvalidName(_))),
+                "{bad:?}"
+            );
         }
         assert!(validate_name(&"x".repeat(256)).is_err());
-        for good in ["a", "dynamo/abc", "a.b", "x".repeat(255).as_str(), "ns/sub/name-1_2"] {
+        for good in [
+            "a",
+            "dynamo/abc",
+            "a.b",
+            "x".repeat(255).as_str(),
+            "ns/sub/name-1_2",
+        ] {
             assert!(validate_name(good).is_ok(), "{good:?}");
         }
     }
@@ -236,10 +261,19 @@ mod tests {
         assert_eq!(s.get_ref("dynamo").unwrap(), None);
         assert_eq!(s.refs("").unwrap(), ["dynamo/x", "top"]);
         assert_eq!(s.refs("dyn").unwrap(), ["dynamo/x"]);
-        assert!(matches!(s.set_ref("top/sub", &a), Err(Error::InvalidName(_))));
-        assert!(matches!(s.set_ref("dynamo", &a), Err(Error::InvalidName(_))));
+        assert!(matches!(
+            s.set_ref("top/sub", &a),
+            Err(Error::InvalidName(_))
+        ));
+        assert!(matches!(
+            s.set_ref("dynamo", &a),
+            Err(Error::InvalidName(_))
+        ));
         let missing = crate::hash::hash_bytes(b"never stored");
-        assert!(matches!(s.set_ref("m", &missing), Err(Error::Missing { .. })));
+        assert!(matches!(
+            s.set_ref("m", &missing),
+            Err(Error::Missing { .. })
+        ));
         assert!(s.ref_mtime("top").unwrap().is_some());
         assert!(s.touch_ref("top").unwrap());
         assert!(s.delete_ref("top").unwrap());

@@ -79,15 +79,21 @@ impl Store {
         let mut out = Vec::new();
         for fan in fs::read_dir(&objects_dir).at(&objects_dir)? {
             let fan = fan.at(&objects_dir)?;
-            let Some(prefix) = fan.file_name().to_str().map(str::to_owned) else { continue };
+            let Some(prefix) = fan.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
             if prefix.len() != 2 || !fan.file_type().at(&fan.path())?.is_dir() {
                 continue;
             }
             let fan_path = fan.path();
             for entry in fs::read_dir(&fan_path).at(&fan_path)? {
                 let entry = entry.at(&fan_path)?;
-                let Some(rest) = entry.file_name().to_str().map(str::to_owned) else { continue };
-                let Ok(digest) = Digest::from_hex(&format!("{prefix}{rest}")) else { continue };
+                let Some(rest) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let Ok(digest) = Digest::from_hex(&format!("{prefix}{rest}")) else {
+                    continue;
+                };
                 let path = entry.path();
                 match fs::symlink_metadata(&path) {
                     Ok(meta) if meta.is_file() => out.push(ObjectEntry { digest, path, meta }),

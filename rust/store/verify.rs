@@ -80,7 +80,10 @@ mod tests {
         let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
         let a = s.put(b"aaaa").unwrap().digest;
         let b = s.put(b"bbbb").unwrap().digest;
-        let m = s.put_manifest(&[a, b], serde_json::Map::new()).unwrap().digest;
+        let m = s
+            .put_manifest(&[a, b], serde_json::Map::new())
+            .unwrap()
+            .digest;
         s.set_ref("m", &m).unwrap();
         let clean = s.verify().unwrap();
         assert!(clean.ok());

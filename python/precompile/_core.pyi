@@ -1,0 +1,144 @@
+"""precompile's store core, implemented in Rust."""
+
+import sys
+from pathlib import Path
+from typing import Any, TypedDict, final
+
+from typing_extensions import Buffer
+
+__all__ = [
+    "Blob",
+    "CorruptObjectError",
+    "FormatError",
+    "LockTimeout",
+    "MissingObjectError",
+    "Store",
+    "StoreError",
+    "__version__",
+    "blake3_hex",
+]
+
+__version__: str
+
+class StoreError(Exception):
+    """Base class of every error the store raises."""
+
+class CorruptObjectError(StoreError):
+    """An object's content does not hash to its name (a flipped byte, a truncation)."""
+
+class MissingObjectError(StoreError):
+    """An object is not in the store."""
+
+class LockTimeout(StoreError):
+    """The store's GC lock could not be taken before the lock timeout."""
+
+class FormatError(StoreError):
+    """A store or manifest is in a format this build does not understand."""
+
+class _GcReport(TypedDict):
+    objects_freed: int
+    bytes_freed: int
+    objects_kept: int
+    tmp_freed: int
+    dry_run: bool
+
+class _VerifyReport(TypedDict):
+    objects: int
+    bytes: int
+    corrupt: list[str]
+    missing: list[str]
+    ok: bool
+
+class _Stats(TypedDict):
+    objects: int
+    bytes: int
+    refs: int
+    dedup_hits: int
+    puts: int
+    gets: int
+
+def blake3_hex(data: Buffer) -> str:
+    """Hashes any buffer with blake3 and returns the lower-case hex digest."""
+
+@final
+class Blob(Buffer):
+    """The bytes of one stored object, memory-mapped read-only."""
+
+    @property
+    def digest(self) -> str:
+        """The object's blake3 digest, lower-case hex."""
+
+    def __len__(self) -> int: ...
+    def __bytes__(self) -> bytes: ...
+    # Read-only buffer protocol. Python gives its methods names only from
+    # 3.12 (PEP 688); the Buffer base says so on 3.11 too.
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
+        def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class Store:
+    """A content-addressed store of blobs, named by their blake3 digest."""
+
+    def __new__(
+        cls,
+        path: str | Path,
+        *,
+        verify: bool = True,
+        create: bool = True,
+        lock_timeout: float = 30.0,
+    ) -> Store: ...
+    @property
+    def path(self) -> Path:
+        """The store root, absolute."""
+
+    def put(self, data: Buffer) -> str:
+        """Stores any C-contiguous buffer and returns its digest."""
+
+    def put_with_status(self, data: Buffer) -> tuple[str, bool]:
+        """Like `put`, also saying whether the content was new."""
+
+    def put_file(self, path: str | Path) -> str:
+        """Stores a file's content, streaming it, and returns its digest."""
+
+    def get(self, digest: str) -> Blob:
+        """Maps the object named `digest` (verified unless opened with verify=False)."""
+
+    def contains(self, digest: str) -> bool:
+        """Whether the object named `digest` is stored."""
+
+    def object_path(self, digest: str) -> str:
+        """Where the object named `digest` lives (whether or not it exists)."""
+
+    def set_ref(self, name: str, digest: str) -> None:
+        """Points ref `name` at the stored object `digest`, atomically."""
+
+    def get_ref(self, name: str) -> str | None:
+        """The digest ref `name` points at, or None."""
+
+    def delete_ref(self, name: str) -> bool:
+        """Removes ref `name`; False when it did not exist."""
+
+    def refs(self, prefix: str = "") -> list[str]:
+        """Ref names starting with `prefix`, sorted."""
+
+    def touch_ref(self, name: str) -> bool:
+        """Sets ref `name`'s mtime to now; False when it does not exist."""
+
+    def ref_mtime(self, name: str) -> float | None:
+        """Ref `name`'s mtime in seconds since the epoch, or None."""
+
+    def put_manifest(self, children: list[str], meta: dict[str, Any] | None = None) -> str:
+        """Stores a manifest listing `children` with JSON metadata `meta`."""
+
+    def get_manifest(self, digest: str) -> tuple[list[str], dict[str, Any]]:
+        """Reads the manifest `digest`: (children, meta)."""
+
+    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> _GcReport:
+        """Sweeps objects no ref reaches that are older than `grace_seconds`."""
+
+    def verify(self) -> _VerifyReport:
+        """Rehashes every object and checks that everything refs reach exists."""
+
+    def stats(self) -> _Stats:
+        """Objects, bytes and refs on disk; puts, gets and dedup hits since open."""

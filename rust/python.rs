@@ -1,0 +1,514 @@
+//! The Python binding, `precompile._core`: the only file that touches PyO3.
+//!
+//! Every call that hashes, does file I/O, fsyncs or may wait for a lock runs
+//! inside `py.detach`, so other Python threads keep running meanwhile.
+
+use std::ffi::{c_int, c_void};
+use std::io;
+use std::path::PathBuf;
+use std::time::{Duration, UNIX_EPOCH};
+
+use pyo3::buffer::PyUntypedBuffer;
+use pyo3::create_exception;
+use pyo3::exceptions::{
+    PyBufferError, PyException, PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError,
+    PyNotADirectoryError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
+};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyMemoryView};
+
+use crate::error::Error;
+use crate::hash::{hash_bytes, Digest};
+use crate::store::{Blob, Options, Store};
+
+create_exception!(
+    precompile._core,
+    StoreError,
+    PyException,
+    "Base class of every error the store raises."
+);
+create_exception!(
+    precompile._core,
+    CorruptObjectError,
+    StoreError,
+    "An object's content does not hash to its name (a flipped byte, a truncation)."
+);
+create_exception!(
+    precompile._core,
+    MissingObjectError,
+    StoreError,
+    "An object is not in the store."
+);
+create_exception!(
+    precompile._core,
+    LockTimeout,
+    StoreError,
+    "The store's GC lock could not be taken before the lock timeout."
+);
+create_exception!(
+    precompile._core,
+    FormatError,
+    StoreError,
+    "A store or manifest is in a format this build does not understand."
+);
+
+/// Inputs shorter than this are hashed without releasing the GIL: for them,
+/// releasing and re-taking it costs more than the hashing (blake3-py's
+/// threshold).
+const GIL_RELEASE_MIN: usize = 2048;
+
+impl From<Error> for PyErr {
+    fn from(err: Error) -> PyErr {
+        let msg = err.to_string();
+        match err {
+            Error::Io { path, source } => os_error(&path, &source),
+            Error::Corrupt { .. } => CorruptObjectError::new_err(msg),
+            Error::Missing { .. } => MissingObjectError::new_err(msg),
+            Error::LockTimeout { .. } => LockTimeout::new_err(msg),
+            Error::Format(_) => FormatError::new_err(msg),
+            Error::InvalidName(_) | Error::InvalidDigest(_) => PyValueError::new_err(msg),
+            Error::Changed(_) => StoreError::new_err(msg),
+        }
+    }
+}
+
+/// The `OSError` subclass Python itself would raise, with errno, message and
+/// filename set the way `open()` sets them.
+fn os_error(path: &std::path::Path, source: &io::Error) -> PyErr {
+    use io::ErrorKind as K;
+    let errno = source.raw_os_error().or(match source.kind() {
+        K::NotFound => Some(libc::ENOENT),
+        K::PermissionDenied => Some(libc::EACCES),
+        K::AlreadyExists => Some(libc::EEXIST),
+        K::IsADirectory => Some(libc::EISDIR),
+        K::NotADirectory => Some(libc::ENOTDIR),
+        _ => None,
+    });
+    let filename = path.display().to_string();
+    let Some(errno) = errno else {
+        return PyOSError::new_err(format!("{filename}: {source}"));
+    };
+    // io::Error's Display appends " (os error N)"; Python shows "[Errno N]".
+    let text = source.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
+    let args = (errno, text, filename);
+    match errno {
+        libc::ENOENT => PyFileNotFoundError::new_err(args),
+        libc::EACCES | libc::EPERM => PyPermissionError::new_err(args),
+        libc::EEXIST => PyFileExistsError::new_err(args),
+        libc::EISDIR => PyIsADirectoryError::new_err(args),
+        libc::ENOTDIR => PyNotADirectoryError::new_err(args),
+        _ => PyOSError::new_err(args),
+    }
+}
+
+fn parse_digest(hex: &str) -> PyResult<Digest> {
+    Ok(Digest::from_hex(hex)?)
+}
+
+fn seconds(value: f64, what: &str) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
+        PyValueError::new_err(format!("{what} must be a finite number >= 0, got {value}"))
+    })
+}
+
+/// Whether the memory behind `obj` can never change: `bytes`, our own
+/// `Blob`s, and memoryviews of those. Anything else (bytearray, numpy
+/// arrays, mmap...) may be written to by another thread while we work.
+fn is_immutable(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if obj.is_exact_instance_of::<PyBytes>() || obj.is_instance_of::<PyBlob>() {
+        return Ok(true);
+    }
+    if let Ok(view) = obj.cast::<PyMemoryView>() {
+        let base = view.getattr("obj")?;
+        return Ok(base.is_exact_instance_of::<PyBytes>() || base.is_instance_of::<PyBlob>());
+    }
+    Ok(false)
+}
+
+/// Runs `f` on the bytes of any C-contiguous buffer, without copying them.
+/// The buffer is released before returning, even on error, so a bytearray
+/// can be resized again as soon as the call is over.
+fn with_buffer<T>(
+    data: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[u8], bool) -> PyResult<T>,
+) -> PyResult<T> {
+    let py = data.py();
+    let buffer = PyUntypedBuffer::get(data)?;
+    let result = (|| {
+        if !buffer.is_c_contiguous() {
+            return Err(PyBufferError::new_err("expected a C-contiguous buffer"));
+        }
+        let len = buffer.len_bytes();
+        let bytes: &[u8] = if len == 0 {
+            &[]
+        } else {
+            // SAFETY: `buffer` holds a successful PyObject_GetBuffer export
+            // of `len` contiguous bytes at `buf_ptr`, and stays alive (it is
+            // released only below) for as long as `bytes` is used, GIL or no
+            // GIL: the exporter must keep the memory valid and in place until
+            // the export is released; a bytearray refuses to resize while
+            // exported. What an export does not stop is another thread
+            // *writing* the bytes; callers handle that (see `is_immutable`).
+            unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, len) }
+        };
+        f(bytes, is_immutable(data)?)
+    })();
+    buffer.release(py);
+    result
+}
+
+/// Hashes any buffer with blake3 and returns the lower-case hex digest.
+/// Large inputs hash on all cores, without the GIL.
+#[pyfunction]
+fn blake3_hex(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
+    with_buffer(data, |bytes, _| {
+        Ok(if bytes.len() < GIL_RELEASE_MIN {
+            hash_bytes(bytes).to_hex()
+        } else {
+            py.detach(|| hash_bytes(bytes).to_hex())
+        })
+    })
+}
+
+/// The bytes of one stored object, memory-mapped read-only.
+///
+/// Supports the buffer protocol: `memoryview(blob)` copies nothing, and
+/// `bytes(blob)` copies only when asked. The mapping stays valid even if the
+/// object's file is removed.
+#[pyclass(frozen, module = "precompile._core", name = "Blob")]
+pub struct PyBlob {
+    blob: Blob,
+}
+
+#[pymethods]
+impl PyBlob {
+    /// The object's blake3 digest, lower-case hex.
+    #[getter]
+    fn digest(&self) -> String {
+        self.blob.digest().to_hex()
+    }
+
+    fn __len__(&self) -> usize {
+        self.blob.len()
+    }
+
+    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.blob)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Blob(digest='{}', len={})",
+            self.blob.digest(),
+            self.blob.len()
+        )
+    }
+
+    /// Exports the mapping read-only.
+    ///
+    /// # Safety
+    /// Called by CPython with a valid `view`.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("null Py_buffer"));
+        }
+        let bytes = slf.get().blob.as_bytes();
+        // The empty blob has no mapping; a buffer still needs a valid pointer.
+        static EMPTY: [u8; 1] = [0];
+        let ptr = if bytes.is_empty() {
+            EMPTY.as_ptr()
+        } else {
+            bytes.as_ptr()
+        };
+        // SAFETY: `view` is valid (CPython's contract). PyBuffer_FillInfo
+        // takes a new reference to the Blob in `view.obj`, which keeps the
+        // Blob, and so its Arc<Mmap>, alive until the view is released; the
+        // mapping never moves. readonly=1 makes it refuse PyBUF_WRITABLE, and
+        // nothing ever writes through the pointer.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                ptr as *mut c_void,
+                bytes.len() as ffi::Py_ssize_t,
+                1,
+                flags,
+            )
+        };
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    /// Nothing to free: the format string is static and `view.obj`'s
+    /// reference is dropped by CPython.
+    ///
+    /// # Safety
+    /// Called by CPython with the view `__getbuffer__` filled.
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+/// A content-addressed store of blobs, named by their blake3 digest.
+#[pyclass(frozen, module = "precompile._core", name = "Store")]
+pub struct PyStore {
+    inner: Store,
+}
+
+impl PyStore {
+    fn put_buffer(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, bool)> {
+        let store = &self.inner;
+        with_buffer(data, |bytes, immutable| {
+            let (digest, new) = if bytes.len() < GIL_RELEASE_MIN {
+                // Small: hash with the GIL held, and copy a mutable input
+                // while no Python thread can be writing it.
+                let owned;
+                let bytes = if immutable {
+                    bytes
+                } else {
+                    owned = bytes.to_vec();
+                    &owned[..]
+                };
+                let digest = hash_bytes(bytes);
+                (
+                    digest,
+                    py.detach(|| store.put_hashed(&digest, bytes, false))?,
+                )
+            } else {
+                py.detach(|| {
+                    let digest = hash_bytes(bytes);
+                    // A mutable input may change under us: recheck the bytes
+                    // as written rather than install a misnamed object.
+                    store
+                        .put_hashed(&digest, bytes, !immutable)
+                        .map(|new| (digest, new))
+                })?
+            };
+            Ok((digest.to_hex(), new))
+        })
+    }
+}
+
+#[pymethods]
+impl PyStore {
+    /// Opens the store at `path`, creating it unless `create=False`.
+    #[new]
+    #[pyo3(signature = (path, *, verify = true, create = true, lock_timeout = 30.0))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        verify: bool,
+        create: bool,
+        lock_timeout: f64,
+    ) -> PyResult<Self> {
+        let options = Options {
+            verify,
+            create,
+            lock_timeout: seconds(lock_timeout, "lock_timeout")?,
+            ..Options::default()
+        };
+        let inner = py.detach(|| Store::open(&path, options))?;
+        Ok(PyStore { inner })
+    }
+
+    /// The store root, absolute.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Stores any C-contiguous buffer and returns its digest.
+    fn put(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
+        Ok(self.put_buffer(py, data)?.0)
+    }
+
+    /// Like `put`, also saying whether the content was new.
+    fn put_with_status(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<(String, bool)> {
+        self.put_buffer(py, data)
+    }
+
+    /// Stores a file's content, streaming it, and returns its digest.
+    fn put_file(&self, py: Python<'_>, path: PathBuf) -> PyResult<String> {
+        Ok(py.detach(|| self.inner.put_file(&path))?.digest.to_hex())
+    }
+
+    /// Maps the object named `digest` (verified unless opened with verify=False).
+    fn get(&self, py: Python<'_>, digest: &str) -> PyResult<PyBlob> {
+        let digest = parse_digest(digest)?;
+        Ok(PyBlob {
+            blob: py.detach(|| self.inner.get(&digest))?,
+        })
+    }
+
+    /// Whether the object named `digest` is stored.
+    fn contains(&self, py: Python<'_>, digest: &str) -> PyResult<bool> {
+        let digest = parse_digest(digest)?;
+        Ok(py.detach(|| self.inner.contains(&digest))?)
+    }
+
+    /// Where the object named `digest` lives (whether or not it exists).
+    fn object_path(&self, digest: &str) -> PyResult<String> {
+        Ok(self
+            .inner
+            .object_path(&parse_digest(digest)?)
+            .display()
+            .to_string())
+    }
+
+    /// Points ref `name` at the stored object `digest`, atomically.
+    fn set_ref(&self, py: Python<'_>, name: &str, digest: &str) -> PyResult<()> {
+        let digest = parse_digest(digest)?;
+        Ok(py.detach(|| self.inner.set_ref(name, &digest))?)
+    }
+
+    /// The digest ref `name` points at, or None.
+    fn get_ref(&self, py: Python<'_>, name: &str) -> PyResult<Option<String>> {
+        Ok(py.detach(|| self.inner.get_ref(name))?.map(|d| d.to_hex()))
+    }
+
+    /// Removes ref `name`; False when it did not exist.
+    fn delete_ref(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        Ok(py.detach(|| self.inner.delete_ref(name))?)
+    }
+
+    /// Ref names starting with `prefix`, sorted.
+    #[pyo3(signature = (prefix = ""))]
+    fn refs(&self, py: Python<'_>, prefix: &str) -> PyResult<Vec<String>> {
+        Ok(py.detach(|| self.inner.refs(prefix))?)
+    }
+
+    /// Sets ref `name`'s mtime to now; False when it does not exist.
+    fn touch_ref(&self, py: Python<'_>, name: &str) -> PyResult<bool> {
+        Ok(py.detach(|| self.inner.touch_ref(name))?)
+    }
+
+    /// Ref `name`'s mtime in seconds since the epoch, or None.
+    fn ref_mtime(&self, py: Python<'_>, name: &str) -> PyResult<Option<f64>> {
+        let mtime = py.detach(|| self.inner.ref_mtime(name))?;
+        Ok(mtime.map(|t| {
+            t.duration_since(UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_secs_f64()
+        }))
+    }
+
+    /// Stores a manifest listing `children` (which must be stored) with JSON
+    /// metadata `meta`, and returns its digest.
+    #[pyo3(signature = (children, meta = None))]
+    fn put_manifest(
+        &self,
+        py: Python<'_>,
+        children: Vec<String>,
+        meta: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<String> {
+        let children = children
+            .iter()
+            .map(|c| parse_digest(c))
+            .collect::<PyResult<Vec<_>>>()?;
+        let meta = match meta {
+            None => serde_json::Map::new(),
+            Some(meta) if meta.is_instance_of::<PyDict>() => {
+                let kwargs = PyDict::new(py);
+                kwargs.set_item("allow_nan", false)?;
+                let text: String = py
+                    .import("json")?
+                    .call_method("dumps", (meta,), Some(&kwargs))?
+                    .extract()?;
+                serde_json::from_str(&text).map_err(|e| PyValueError::new_err(e.to_string()))?
+            }
+            Some(other) => {
+                return Err(PyTypeError::new_err(format!(
+                    "meta must be a dict or None, not {}",
+                    other.get_type().name()?
+                )))
+            }
+        };
+        Ok(py
+            .detach(|| self.inner.put_manifest(&children, meta))?
+            .digest
+            .to_hex())
+    }
+
+    /// Reads the manifest `digest`: (children, meta).
+    fn get_manifest<'py>(
+        &self,
+        py: Python<'py>,
+        digest: &str,
+    ) -> PyResult<(Vec<String>, Bound<'py, PyAny>)> {
+        let digest = parse_digest(digest)?;
+        let manifest = py.detach(|| self.inner.get_manifest(&digest))?;
+        let text = serde_json::to_string(&manifest.meta).expect("JSON values always serialize");
+        let meta = py.import("json")?.call_method1("loads", (text,))?;
+        Ok((manifest.children.iter().map(Digest::to_hex).collect(), meta))
+    }
+
+    /// Sweeps objects no ref reaches that are older than `grace_seconds`.
+    #[pyo3(signature = (dry_run = false, grace_seconds = 3600.0))]
+    fn gc<'py>(
+        &self,
+        py: Python<'py>,
+        dry_run: bool,
+        grace_seconds: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let grace = seconds(grace_seconds, "grace_seconds")?;
+        let r = py.detach(|| self.inner.gc(dry_run, grace))?;
+        let d = PyDict::new(py);
+        d.set_item("objects_freed", r.objects_freed)?;
+        d.set_item("bytes_freed", r.bytes_freed)?;
+        d.set_item("objects_kept", r.objects_kept)?;
+        d.set_item("tmp_freed", r.tmp_freed)?;
+        d.set_item("dry_run", r.dry_run)?;
+        Ok(d)
+    }
+
+    /// Rehashes every object and checks that everything refs reach exists.
+    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let r = py.detach(|| self.inner.verify())?;
+        let hex = |v: &[Digest]| v.iter().map(Digest::to_hex).collect::<Vec<_>>();
+        let d = PyDict::new(py);
+        d.set_item("objects", r.objects)?;
+        d.set_item("bytes", r.bytes)?;
+        d.set_item("corrupt", hex(&r.corrupt))?;
+        d.set_item("missing", hex(&r.missing))?;
+        d.set_item("ok", r.ok())?;
+        Ok(d)
+    }
+
+    /// Objects, bytes and refs on disk; puts, gets and dedup hits since open.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.inner.stats())?;
+        let d = PyDict::new(py);
+        d.set_item("objects", s.objects)?;
+        d.set_item("bytes", s.bytes)?;
+        d.set_item("refs", s.refs)?;
+        d.set_item("dedup_hits", s.dedup_hits)?;
+        d.set_item("puts", s.puts)?;
+        d.set_item("gets", s.gets)?;
+        Ok(d)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Store('{}')", self.inner.path().display())
+    }
+}
+
+/// precompile's store core, implemented in Rust.
+#[pymodule]
+mod _core {
+    #[pymodule_export]
+    use super::{
+        blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,
+        PyStore, StoreError,
+    };
+
+    /// The package version.
+    #[allow(non_upper_case_globals)]
+    #[pymodule_export]
+    const __version__: &str = env!("CARGO_PKG_VERSION");
+}
