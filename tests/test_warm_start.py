@@ -69,7 +69,7 @@ def test_identical_backends_are_stored_once(tmp_path: Path) -> None:
     backend_sets = []
     for digest in report["entries"].values():
         _, meta = s.get_manifest(digest)
-        backend_sets.append(set(meta["backends"].values()))
+        backend_sets.append({record["manifest"] for record in meta["backends"].values()})
     assert backend_sets[0] == backend_sets[1]
 
 
@@ -79,7 +79,7 @@ def test_corrupt_blob_falls_back_to_compiling(tmp_path: Path) -> None:
     s = precompile.Store(str(store))
     (entry,) = a["report"]["entries"].values()
     _, meta = s.get_manifest(entry)
-    (backend,) = set(meta["backends"].values())
+    (backend,) = {record["manifest"] for record in meta["backends"].values()}
     _, bmeta = s.get_manifest(backend)
     _, gmeta = s.get_manifest(bmeta["forward"])
     victim = Path(s.object_path(gmeta["fields"]["source_code"]))

@@ -23,7 +23,9 @@ from .artifacts import StoredBackendArtifact
 from .results import (
     PICKLED_KIND,
     StoredBackend,
+    binding_children,
     fetch_pickled,
+    put_binding,
     put_pickled,
     read_manifest,
 )
@@ -54,26 +56,30 @@ def _bundled_fx(artifact: Any) -> bool:
     )
 
 
-def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> str:
-    """Store one backend artifact; returns its manifest digest."""
+def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> dict[str, Any]:
+    """Store one backend artifact; returns its entry record.
+
+    The record names the backend manifest (shared by every use of an equal
+    backend) and this use's binding (see `results.put_binding`).
+    """
     if isinstance(artifact, StoredBackendArtifact):
         digest = artifact.stored_digest
         if digest is not None and store.contains(digest):
             memo[id(artifact)] = digest
-            return digest
-    if id(artifact) in memo:
-        return memo[id(artifact)]
+            return {"manifest": digest, "binding": artifact.stored.binding_meta()}
     if isinstance(artifact, StoredBackendArtifact) or _bundled_fx(artifact):
-        digest = StoredBackend.put(store, artifact.content)
-    else:
+        content = artifact.content
+        if id(artifact) not in memo:
+            memo[id(artifact)] = StoredBackend.put(store, content)
+        return {"manifest": memo[id(artifact)], "binding": put_binding(store, content)}
+    if id(artifact) not in memo:
         # Other backends (eager, regional inductor, future types) keep
         # torch's own pickling, still deduplicated by content.
         ref = put_pickled(store, artifact)
-        digest = store.put_manifest(
+        memo[id(artifact)] = store.put_manifest(
             sorted({ref["record"], *ref["tensors"]}), {"kind": PICKLED_KIND, "artifact": ref}
         )
-    memo[id(artifact)] = digest
-    return digest
+    return {"manifest": memo[id(artifact)], "binding": None}
 
 
 def put_entry(
@@ -101,23 +107,29 @@ def put_entry(
         "backends": backends,
         "isa": isa,
     }
-    children = {dynamo["record"], *dynamo["tensors"], *backends.values(), *(d for _, d in isa)}
+    children = {dynamo["record"], *dynamo["tensors"], *(d for _, d in isa)}
+    for record in backends.values():
+        children.add(record["manifest"])
+        if record["binding"] is not None:
+            children.update(binding_children(record["binding"]))
     digest = store.put_manifest(sorted(children), meta)
     store.set_ref(ref_name(key), digest)
     return digest
 
 
-def _fetch_backend(store: Any, bid: str, digest: str, cache: dict[str, Any]) -> Any:
+def _fetch_backend(store: Any, bid: str, record: dict[str, Any], cache: dict[str, Any]) -> Any:
+    digest, binding = record["manifest"], record["binding"]
     if digest not in cache:
         _, meta = read_manifest(store, digest)
         if meta.get("kind") == PICKLED_KIND:
             cache[digest] = ("pickled", fetch_pickled(store, meta["artifact"]))
         else:
-            cache[digest] = ("stored", StoredBackend.fetch(store, digest))
+            cache[digest] = ("stored", StoredBackend.fetch(store, digest, binding))
+            return StoredBackendArtifact(bid, cache[digest][1])
     kind, value = cache[digest]
     if kind == "pickled":
         return pickling.loads(*value)
-    return StoredBackendArtifact(bid, value)
+    return StoredBackendArtifact(bid, value.with_binding(store, binding))
 
 
 def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:

@@ -6,7 +6,7 @@ module) into one blob per backend, so nothing is shared between graphs. Here
 each part that can repeat is a blob of its own and each result is a manifest
 of them:
 
-    backend manifest  -> skeleton, strings, forward graph, backward graph,
+    backend manifest  -> skeleton, forward graph, backward graph,
                          backward GraphModule
     graph manifest    -> skeleton, generated source, strings, constants,
                          Triton files, C++ kernel libraries
@@ -43,7 +43,14 @@ from ._torch_compat import (
     register_library,
 )
 
-__all__ = ["StoredBackend", "StoredGraph", "put_pickled", "fetch_pickled"]
+__all__ = [
+    "StoredBackend",
+    "StoredGraph",
+    "binding_children",
+    "fetch_pickled",
+    "put_binding",
+    "put_pickled",
+]
 
 GRAPH_KIND = "precompile/fx-graph"
 BACKEND_KIND = "precompile/aot-backend"
@@ -235,6 +242,25 @@ class StoredGraph:
         return graph
 
 
+def put_binding(store: Any, result: BundledAOTAutogradResult) -> dict[str, Any]:
+    """The per-use part of a result: its AOT id and its graph listings.
+
+    Two functions that compile to the same backend differ only here: the
+    listings name the user's source lines, and the id counts compilations
+    in the process. Kept in the entry rather than the backend manifest, they
+    leave equal backends with equal digests.
+    """
+    config = result.sanitized_aot_config
+    return {
+        "aot_id": getattr(config, "aot_id", None),
+        "fields": _put_fields(store, result, _BACKEND_TEXT_FIELDS),
+    }
+
+
+def binding_children(binding: dict[str, Any]) -> list[str]:
+    return list(binding["fields"].values())
+
+
 @dataclasses.dataclass(frozen=True)
 class StoredBackend:
     """A `BundledAOTAutogradResult` in store form, with its blobs verified."""
@@ -242,15 +268,15 @@ class StoredBackend:
     digest: str
     skeleton: Any
     tensors: list[Any]
-    fields: dict[str, Any]
     forward: StoredGraph
     backward: StoredGraph | None
     bw_module: tuple[Any, list[Any]] | None
+    aot_id: int | None
+    fields: dict[str, Any]
 
     @staticmethod
     def put(store: Any, result: BundledAOTAutogradResult) -> str:
-        """Store `result`; returns its manifest digest."""
-        fields = _put_fields(store, result, _BACKEND_TEXT_FIELDS)
+        """Store the shareable part of `result`; returns its manifest digest."""
         fw = StoredGraph.put(store, result.compiled_fw.result)
         bw = None
         if result.compiled_bw is not None:
@@ -267,17 +293,20 @@ class StoredBackend:
             skeleton.compiled_bw = copy.copy(result.compiled_bw)
             skeleton.compiled_bw.result = None
         skeleton.serialized_bw_module = None
-        for name in fields:
-            setattr(skeleton, name, None)
+        if hasattr(skeleton.sanitized_aot_config, "aot_id"):
+            skeleton.sanitized_aot_config = copy.copy(result.sanitized_aot_config)
+            skeleton.sanitized_aot_config.aot_id = 0
+        for name in _BACKEND_TEXT_FIELDS:
+            if hasattr(skeleton, name):
+                setattr(skeleton, name, None)
         _zero(skeleton, _BACKEND_TIME_FIELDS)
         skel_ref = put_pickled(store, skeleton)
 
-        children = _pickled_children(skel_ref) + list(fields.values()) + [fw]
-        children += ([bw] if bw else []) + _pickled_children(bw_module)
+        children = _pickled_children(skel_ref) + [fw] + ([bw] if bw else [])
+        children += _pickled_children(bw_module)
         meta = {
             "kind": BACKEND_KIND,
             "skeleton": skel_ref,
-            "fields": fields,
             "forward": fw,
             "backward": bw,
             "bw_module": bw_module,
@@ -285,8 +314,8 @@ class StoredBackend:
         return store.put_manifest(sorted(set(children)), meta)
 
     @classmethod
-    def fetch(cls, store: Any, digest: str) -> StoredBackend:
-        """Read and verify everything loading this backend needs."""
+    def fetch(cls, store: Any, digest: str, binding: dict[str, Any]) -> StoredBackend:
+        """Read and verify everything loading this backend in one use needs."""
         _, meta = read_manifest(store, digest)
         if meta.get("kind") != BACKEND_KIND:
             raise ValueError(f"{digest} is not a stored AOTAutograd result")
@@ -296,11 +325,23 @@ class StoredBackend:
             digest=digest,
             skeleton=skeleton,
             tensors=tensors,
-            fields={name: store.get(d) for name, d in meta["fields"].items()},
             forward=StoredGraph.fetch(store, meta["forward"]),
             backward=None if meta["backward"] is None else StoredGraph.fetch(store, meta["backward"]),
             bw_module=None if bw_module is None else fetch_pickled(store, bw_module),
+            aot_id=binding.get("aot_id"),
+            fields={name: store.get(d) for name, d in binding.get("fields", {}).items()},
         )
+
+    def with_binding(self, store: Any, binding: dict[str, Any]) -> StoredBackend:
+        """The same backend as used elsewhere: shares everything but the binding."""
+        return dataclasses.replace(
+            self,
+            aot_id=binding.get("aot_id"),
+            fields={name: store.get(d) for name, d in binding.get("fields", {}).items()},
+        )
+
+    def binding_meta(self) -> dict[str, Any]:
+        return {"aot_id": self.aot_id, "fields": {n: b.digest for n, b in self.fields.items()}}
 
     def place_libraries(self, cache_dir: str) -> None:
         self.forward.place_libraries(cache_dir)
@@ -311,6 +352,8 @@ class StoredBackend:
         """A fresh `BundledAOTAutogradResult`, as torch recorded it."""
         result = pickling.loads(self.skeleton, self.tensors)
         _restore_fields(result, self.fields)
+        if self.aot_id is not None and hasattr(result.sanitized_aot_config, "aot_id"):
+            result.sanitized_aot_config.aot_id = self.aot_id
         result.compiled_fw.result = self.forward.materialize()
         if self.backward is not None:
             result.compiled_bw.result = self.backward.materialize()
