@@ -1,4 +1,11 @@
-"""Content-addressed, memory-mapped store for torch.compile precompile artifacts."""
+"""Content-addressed, memory-mapped store for torch.compile precompile artifacts.
+
+The store itself (`Store`, `Blob`, the errors) needs no torch. The torch
+integration (`install`, `save`, ...) is imported on first use, so tools
+that only read a store start fast.
+"""
+
+from typing import Any
 
 from ._core import (
     Blob,
@@ -12,14 +19,46 @@ from ._core import (
     blake3_hex,
 )
 
+# Names whose modules import torch, loaded on first access.
+_TORCH_NAMES = {
+    "PrecompileWarning": "context",
+    "SaveReport": "context",
+    "StoreDynamoCache": "dynamo",
+    "default_store_path": "dynamo",
+    "install": "dynamo",
+    "installed": "dynamo",
+    "save": "dynamo",
+    "uninstall": "dynamo",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _TORCH_NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'precompile' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "Blob",
     "CorruptObjectError",
     "FormatError",
     "LockTimeout",
     "MissingObjectError",
+    "PrecompileWarning",
+    "SaveReport",
     "Store",
+    "StoreDynamoCache",
     "StoreError",
     "__version__",
     "blake3_hex",
+    "default_store_path",
+    "install",
+    "installed",
+    "save",
+    "uninstall",
 ]
