@@ -28,11 +28,24 @@ def compiler_spy(bin_dir: Path, log: Path) -> None:
         script.chmod(0o755)
 
 
+_VERSION_QUERIES = ("--version", "-v")
+
+
 def compiler_runs(log: Path) -> list[str]:
-    """Logged compiler calls, other than version probes."""
+    """Logged compiler calls, other than version queries.
+
+    torch asks the compiler for its version (`g++ -v`, `g++ --version`) to
+    fingerprint cache keys; those compile nothing.
+    """
     if not log.exists():
         return []
-    return [line for line in log.read_text().splitlines() if not line.endswith("--version")]
+    runs = []
+    for line in log.read_text().splitlines():
+        args = line.split()[1:]
+        if len(args) == 1 and args[0] in _VERSION_QUERIES:
+            continue
+        runs.append(line)
+    return runs
 
 
 def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
