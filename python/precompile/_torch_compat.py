@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -55,12 +56,15 @@ __all__ = [
     "TritonKernelArtifacts",
     "_DynamoCacheEntry",
     "counters",
+    "guard_evaluation",
     "inductor_cache_dir",
     "kernel_capture",
     "register_library",
     "source_id_from_fn",
     "swap_dynamo_cache",
 ]
+
+log = logging.getLogger(__name__)
 
 TORCH_VERSION: str = torch.__version__
 # Torch writes this placeholder into bundled Triton json files and replaces it
@@ -236,3 +240,55 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
                         if os.path.isfile(lib):
                             found.append(lib)
     return sorted(found)
+
+
+class _GuardEvaluation:
+    """Routes torch's guard-string evaluation through `precompile.guards`.
+
+    FxGraphCache and AOTAutogradCache keep several entries under one key and
+    pick one by evaluating each entry's stored guard string with
+    `ShapeEnv.evaluate_guards_expression`, which is `eval`. While installed,
+    that method parses the string into an allowlisted expression instead; a
+    string outside the allowlist is a miss (and a counter), so torch
+    compiles rather than running it.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+
+    def start(self) -> None:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        if self._original is not None:
+            return
+        original = ShapeEnv.__dict__["evaluate_guards_expression"]
+        self._original = original
+
+        @functools.wraps(original)
+        def evaluate_guards_expression(shape_env: Any, code: str, args: Any) -> bool:
+            from . import guards
+
+            values = list(args)
+            if not all(type(v) in (int, float, bool) or isinstance(v, torch.Tensor) for v in values):
+                # Symbolic arguments come from a live trace, not from disk.
+                return original(shape_env, code, args)
+            counters["precompile"]["guard_evaluations"] += 1
+            try:
+                return guards.evaluate_guard(code, values)
+            except guards.GuardSyntaxError:
+                counters["precompile"]["guards_refused"] += 1
+                log.warning("refusing a stored guard expression", exc_info=True)
+                return False
+
+        ShapeEnv.evaluate_guards_expression = evaluate_guards_expression  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        if self._original is None:
+            return
+        ShapeEnv.evaluate_guards_expression = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+guard_evaluation = _GuardEvaluation()

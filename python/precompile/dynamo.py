@@ -214,6 +214,7 @@ def install(
         if enable:
             torch._dynamo.config.caching_precompile = True
         tc.kernel_capture.start()
+        tc.guard_evaluation.start()
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
@@ -233,6 +234,7 @@ def uninstall() -> None:
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         torch._dynamo.config.caching_precompile = _active.was_enabled
         tc.kernel_capture.stop()
+        tc.guard_evaluation.stop()
         _active = None
 
 
