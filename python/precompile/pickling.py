@@ -92,11 +92,23 @@ def _sort_key(item: Any) -> tuple[str, str]:
     return (type(item).__qualname__, repr(item))
 
 
-class _Pickler(pickle.Pickler):
+class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
+    # The C pickler never consults reducer_override or a dispatch table for
+    # exact sets, so the Python pickler is used, with set handlers that
+    # write members in a stable order. What it pickles is small: tensors and
+    # source text are kept out of the pickle.
+    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+
     def __init__(self, file: io.BytesIO, tensors: list[bytes]) -> None:
         super().__init__(file, protocol=_PROTOCOL)
         self._tensors = tensors
         self._seen: dict[int, int] = {}
+
+    def _save_set(self, obj: Any) -> None:
+        self.save_reduce(type(obj), (sorted(obj, key=_sort_key),), obj=obj)
+
+    dispatch[set] = _save_set
+    dispatch[frozenset] = _save_set
 
     def persistent_id(self, obj: Any) -> Any:
         if _plain_tensor(obj):
@@ -107,13 +119,6 @@ class _Pickler(pickle.Pickler):
                 self._seen[id(obj)] = index
             return ("tensor", index)
         return None
-
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is set:
-            return (set, (sorted(obj, key=_sort_key),))
-        if type(obj) is frozenset:
-            return (frozenset, (sorted(obj, key=_sort_key),))
-        return NotImplemented
 
 
 class _Unpickler(pickle.Unpickler):
