@@ -38,10 +38,17 @@ def test_raised_errors_have_the_right_type(tmp_path: Path) -> None:
     assert not isinstance(info.value, OSError)
 
 
+STORE_NAMES = [
+    "Blob", "CorruptObjectError", "FormatError", "LockTimeout", "MissingObjectError",
+    "Store", "StoreError", "__version__", "blake3_hex",
+]
+
+
 def test_public_names() -> None:
     assert sorted(precompile.__all__) == precompile.__all__
-    for name in precompile.__all__:
-        assert hasattr(precompile, name)
+    for name in STORE_NAMES:
+        assert name in precompile.__all__
+        assert getattr(precompile, name) is getattr(precompile._core, name)
     assert precompile.__version__.count(".") == 2
 
 
