@@ -95,3 +95,32 @@ def test_corrupt_blob_falls_back_to_compiling(tmp_path: Path) -> None:
     assert "could not be loaded" in b["stderr"]
     assert "PrecompileWarning" in b["stderr"]
     assert b["compiler_runs"], "the fallback compiles for real"
+
+
+def test_missing_backend_is_reported_and_the_code_still_loads(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("forward_only", "compile", store, tmp_path)
+    assert a["report"]["missing_backends"] == 1
+    assert counter(a, "precompile", "missing_backend") == 1
+    assert "never recorded" in a["stderr"] and "PrecompileWarning" in a["stderr"]
+    b = run_scenario("forward_only", "load", store, tmp_path)
+    _assert_same(a["outputs"], b["outputs"])
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
+
+
+def test_mega_cache_artifacts_populate_a_store(tmp_path: Path) -> None:
+    mega = tmp_path / "artifacts.bin"
+    a = run_scenario(
+        "inference", "compile", tmp_path / "store-a", tmp_path / "a",
+        extra_env={"PRECOMPILE_TEST_MEGA_OUT": str(mega)},
+    )
+    assert mega.stat().st_size > 0
+    # The receiving process has an empty store and empty caches: only the
+    # Mega-Cache blob travels.
+    b = run_scenario(
+        "inference", "load", tmp_path / "store-b", tmp_path / "b",
+        extra_env={"PRECOMPILE_TEST_MEGA_IN": str(mega)},
+    )
+    _assert_same(a["outputs"], b["outputs"])
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
+    assert precompile.Store(str(tmp_path / "store-b")).refs("dynamo/")

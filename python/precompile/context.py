@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from ._torch_compat import PrecompileCacheEntry, PrecompileContext, counters
@@ -65,11 +66,20 @@ def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
     return entries, missing_total
 
 
-def save_context(store: Any) -> SaveReport:
-    """Write every entry PrecompileContext holds to `store`."""
+def save_context(
+    store: Any, on_written: Callable[[str, PrecompileCacheEntry], None] | None = None
+) -> SaveReport:
+    """Write every entry PrecompileContext holds to `store`.
+
+    `on_written(key, entry)` runs after each entry is stored.
+    """
     entries, missing = create_cache_entries()
     memo: BackendMemo = {}
-    written = {key: put_entry(store, entry, key, memo) for key, entry in entries.items()}
+    written = {}
+    for key, entry in entries.items():
+        written[key] = put_entry(store, entry, key, memo)
+        if on_written is not None:
+            on_written(key, entry)
     n_backends = sum(len(e.backends) for e in entries.values())
     return SaveReport(
         entries=written,

@@ -42,6 +42,19 @@ def default_store_path() -> str:
     return tc.inductor_cache_dir().rstrip(os.sep) + "-precompile"
 
 
+def _record_for_mega_cache(key: str, entry: tc.PrecompileCacheEntry) -> None:
+    """Hand an entry to torch's Mega-Cache (`save_cache_artifacts`).
+
+    Mega-Cache carries torch's own pickle of the entry, so the receiving
+    process can load it with or without precompile installed; with it
+    installed, `_write_to_local_cache` turns it back into store form.
+    """
+    from torch._dynamo.package import PrecompileCacheArtifact
+    from torch.compiler._cache import CacheArtifactRecorder
+
+    CacheArtifactRecorder(PrecompileCacheArtifact.type(), key).record(pickle.dumps(entry))
+
+
 class StoreDynamoCache(tc.DynamoStore):
     """torch's DynamoStore interface over a precompile `Store`."""
 
@@ -64,14 +77,7 @@ class StoreDynamoCache(tc.DynamoStore):
             put_entry(self.store, cache_entry, path)
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
-        from torch._dynamo.package import PrecompileCacheArtifact
-        from torch.compiler._cache import CacheArtifactRecorder
-
-        # Mega-Cache carries torch's own pickle, so the receiving process can
-        # load it with or without precompile installed.
-        CacheArtifactRecorder(PrecompileCacheArtifact.type(), path).record(
-            pickle.dumps(cache_entry)
-        )
+        _record_for_mega_cache(path, cache_entry)
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
@@ -177,8 +183,9 @@ _atexit_registered = False
 
 def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
     # Replaces PrecompileContext.save_to_dynamo_cache while installed, so
-    # torch.compiler.save_cache_artifacts() stitches and stores our way.
-    report = save()
+    # torch.compiler.save_cache_artifacts() stitches and stores our way and
+    # the entries also travel in its Mega-Cache blob.
+    report = _save(on_written=_record_for_mega_cache)
     return {"entries": report.entries, "unique_backends": report.unique_backends}
 
 
@@ -252,11 +259,15 @@ def installed(
 
 def save() -> SaveReport:
     """Store everything compiled so far in this process."""
+    return _save()
+
+
+def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = None) -> SaveReport:
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
         store = _active.cache.store
-    return save_context(getattr(store, "writable", store))
+    return save_context(getattr(store, "writable", store), on_written)
 
 
 def _save_at_exit() -> None:

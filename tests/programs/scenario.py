@@ -81,7 +81,16 @@ def shared():
     return [a(x), b(x)]
 
 
+def forward_only():
+    # A training graph whose backward never runs: its backend is never
+    # recorded, which a save must report.
+    model = MLP()
+    fn = torch.compile(model)
+    return [fn(torch.randn(4, 16)).detach()]
+
+
 SCENARIOS = {
+    "forward_only": forward_only,
     "inference": inference,
     "training": training,
     "graph_break": graph_break,
@@ -97,11 +106,23 @@ def main() -> None:
     # Read-only layers (bundle files or store dirs) under the store, if any.
     layers = [p for p in os.environ.get("PRECOMPILE_TEST_LAYERS", "").split(os.pathsep) if p]
     precompile.install(store, layers=layers, save_on_exit=False)
+    mega_in = os.environ.get("PRECOMPILE_TEST_MEGA_IN")
+    if mega_in:
+        # Mega-Cache: artifacts another process saved with
+        # torch.compiler.save_cache_artifacts() populate this store.
+        with open(mega_in, "rb") as f:
+            torch.compiler.load_cache_artifacts(f.read())
     start = time.perf_counter()
     outputs = SCENARIOS[name]()
     elapsed = time.perf_counter() - start
     report = None
     if mode == "compile":
+        mega_out = os.environ.get("PRECOMPILE_TEST_MEGA_OUT")
+        if mega_out:
+            saved = torch.compiler.save_cache_artifacts()
+            assert saved is not None
+            with open(mega_out, "wb") as f:
+                f.write(saved[0])
         r = precompile.save()
         report = {
             "entries": r.entries,
