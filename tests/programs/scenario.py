@@ -89,7 +89,24 @@ def forward_only():
     return [fn(torch.randn(4, 16)).detach()]
 
 
+def cuda_transformer():
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 256, batch_first=True, dropout=0.0)
+    model = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).cuda().eval()
+    fn = torch.compile(model)
+    with torch.no_grad():
+        out = fn(torch.randn(4, 16, 64, device="cuda"))
+    return [out.cpu()]
+
+
+def cuda_shared():
+    a, b = torch.compile(_shared_a), torch.compile(_shared_b)
+    x = torch.randn(64, 64, device="cuda")
+    return [a(x).cpu(), b(x).cpu()]
+
+
 SCENARIOS = {
+    "cuda_shared": cuda_shared,
+    "cuda_transformer": cuda_transformer,
     "forward_only": forward_only,
     "inference": inference,
     "training": training,

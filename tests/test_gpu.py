@@ -1,0 +1,58 @@
+"""The two-process warm start on CUDA: Triton kernels come from the store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import precompile
+from warm_start import counter, run_scenario
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+# What Triton writes when it compiles a kernel, but never needs to launch one.
+_IR_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".source")
+
+
+def _triton_files(side: Path) -> list[str]:
+    files = []
+    for root, _, names in os.walk(side / "triton"):
+        files += names
+    return files
+
+
+def test_cuda_second_process_loads_triton_kernels_from_the_store(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("cuda_transformer", "compile", store, tmp_path)
+    assert any(f.endswith(_IR_SUFFIXES) for f in _triton_files(tmp_path / "compile"))
+    b = run_scenario("cuda_transformer", "load", store, tmp_path)
+    torch.testing.assert_close(a["outputs"][0], b["outputs"][0], rtol=0, atol=0)
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0
+    assert counter(b, "inductor", "triton_bundler_read_and_emit_kernel") > 0, b["counters"]
+    emitted = _triton_files(tmp_path / "load")
+    # Only what launching reads was written; nothing was compiled.
+    assert emitted and not any(f.endswith(_IR_SUFFIXES) for f in emitted), emitted
+    assert b["compiler_runs"] == []
+
+
+def test_cuda_identical_kernels_are_stored_once(tmp_path: Path) -> None:
+    a = run_scenario("cuda_shared", "compile", tmp_path / "store", tmp_path)
+    assert a["report"]["backends"] == 2
+    assert a["report"]["unique_backends"] == 1
+    s = precompile.Store(str(tmp_path / "store"))
+    graphs = set()
+    for entry in a["report"]["entries"].values():
+        _, meta = s.get_manifest(entry)
+        for record in meta["backends"].values():
+            _, backend = s.get_manifest(record["manifest"])
+            graphs.add(backend["forward"])
+    (graph,) = graphs
+    _, gmeta = s.get_manifest(graph)
+    assert gmeta["triton"], "the graph should carry Triton kernels"
