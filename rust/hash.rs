@@ -1,7 +1,8 @@
 //! blake3 digests: the names of stored objects.
 //!
 //! Small inputs hash on the calling thread; large ones are split across all
-//! cores with the blake3 crate's rayon support.
+//! cores with the blake3 crate's rayon support, on the crate's fork-safe
+//! thread pool (`pool.rs`).
 
 use std::fmt;
 use std::fs::File;
@@ -95,9 +96,8 @@ impl fmt::Debug for Digest {
 /// Hashes a byte slice, on all cores when it is at least [`PARALLEL_THRESHOLD`].
 pub fn hash_bytes(data: &[u8]) -> Digest {
     if data.len() >= PARALLEL_THRESHOLD {
-        let mut h = blake3::Hasher::new();
-        h.update_rayon(data);
-        h.finalize().into()
+        // On the crate's pool, not rayon's global one: see `pool.rs` (fork).
+        crate::pool::install(|| blake3::Hasher::new().update_rayon(data).finalize().into())
     } else {
         blake3::hash(data).into()
     }
@@ -106,9 +106,11 @@ pub fn hash_bytes(data: &[u8]) -> Digest {
 /// Hashes a file without reading it into memory: blake3 maps it and hashes
 /// the mapping on all cores (it falls back to a read loop for small files).
 pub fn hash_file(path: &Path) -> Result<Digest> {
-    let mut h = blake3::Hasher::new();
-    h.update_mmap_rayon(path).at(path)?;
-    Ok(h.finalize().into())
+    crate::pool::install(|| {
+        let mut h = blake3::Hasher::new();
+        h.update_mmap_rayon(path).at(path)?;
+        Ok(h.finalize().into())
+    })
 }
 
 /// Hashes an open file by mapping it; used on files we just wrote ourselves.

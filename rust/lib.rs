@@ -9,15 +9,21 @@
 //! This crate is free of PyO3: `cargo test` exercises it without libpython.
 //! The Python binding lives in `python.rs`, behind the `python` feature.
 
+pub mod bundle;
 pub mod error;
 pub mod hash;
 pub mod lock;
+pub mod pool;
+pub mod progress;
 pub mod store;
-pub mod bundle;
 
 #[cfg(feature = "python")]
 mod python;
 
 pub use error::{Error, Result};
 pub use hash::{hash_bytes, hash_file, Digest};
-pub use store::{Blob, GcReport, Manifest, Options, PutOutcome, Stats, Store, VerifyReport};
+pub use progress::Progress;
+pub use store::{
+    Blob, EvictReport, GcReport, ImportReport, Manifest, Options, PutOutcome, RefUsage, Stats,
+    Store, Usage, VerifyReport,
+};

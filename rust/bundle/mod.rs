@@ -9,6 +9,7 @@ mod index;
 mod reader;
 mod refs;
 mod verify;
+mod walk;
 mod writer;
 
 #[cfg(test)]

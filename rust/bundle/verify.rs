@@ -7,6 +7,7 @@ use super::format::PAGE_ALIGN;
 use super::reader::Bundle;
 use super::{corrupt_error, io_error, missing_error};
 use crate::error::Error;
+use crate::progress::Progress;
 
 /// Result of [`Bundle::verify_all`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -40,30 +41,78 @@ impl Bundle {
     /// additionally split across threads, so a bundle in the page cache verifies at close to
     /// memory bandwidth. Corruption is reported, not raised, so a caller can see all of it.
     pub fn verify_all(&self, parallel: bool) -> Result<VerifyReport, Error> {
+        self.verify_all_with(parallel, &Progress::new())
+    }
+
+    /// [`verify_all`](Self::verify_all), counting hashed bytes into `progress`; once it is
+    /// cancelled, the remaining blobs are skipped and the call fails with `Interrupted`.
+    pub fn verify_all_with(
+        &self,
+        parallel: bool,
+        progress: &Progress,
+    ) -> Result<VerifyReport, Error> {
         let inner = self.inner();
         let map: &[u8] = &inner.map;
+        let n = inner.index.len();
+        let bytes = (0..n).map(|i| inner.index.entry(map, i).1 as u64).sum();
+        progress.set_total(bytes);
         let check = |i: usize| -> Option<[u8; 32]> {
+            if progress.is_cancelled() {
+                return None;
+            }
             let digest = inner.index.digest(map, i);
             let (offset, len) = inner.index.entry(map, i);
-            if len >= WILLNEED_MIN {
-                // Only a hint: if the kernel refuses it, hashing still reads the pages.
-                let _ = inner.map.advise_range(Advice::WillNeed, offset, len);
-            }
-            (hash(&map[offset..offset + len], parallel) != *digest).then_some(*digest)
+            let bad = !self.hash_matches(digest, offset, len, parallel);
+            progress.add(len as u64);
+            bad.then_some(*digest)
         };
-        let n = inner.index.len();
         // Collecting from an indexed parallel iterator keeps index order, so `corrupt` is sorted.
         let corrupt: Vec<[u8; 32]> = if parallel {
-            (0..n).into_par_iter().filter_map(check).collect()
+            crate::pool::install(|| (0..n).into_par_iter().filter_map(check).collect())
         } else {
             (0..n).filter_map(check).collect()
         };
-        let bytes = (0..n).map(|i| inner.index.entry(map, i).1 as u64).sum();
+        progress.check(self.path())?;
         Ok(VerifyReport {
             blobs: n as u64,
             bytes,
             corrupt,
         })
+    }
+
+    /// Hashes the given blobs (concurrently with `parallel`) and returns those whose bytes do
+    /// not match, in the order given. A digest the bundle does not hold is `Error::Missing`.
+    ///
+    /// This is the bulk check a loader runs over the blobs one entry needs, rather than the
+    /// whole bundle.
+    pub fn verify_blobs(
+        &self,
+        digests: &[[u8; 32]],
+        parallel: bool,
+    ) -> Result<Vec<[u8; 32]>, Error> {
+        let mut located = Vec::with_capacity(digests.len());
+        for digest in digests {
+            let (offset, len) = self.locate(digest).ok_or_else(|| missing_error(digest))?;
+            located.push((digest, offset, len));
+        }
+        let check = |&(digest, offset, len): &(&[u8; 32], usize, usize)| {
+            (!self.hash_matches(digest, offset, len, parallel)).then_some(*digest)
+        };
+        Ok(if parallel {
+            crate::pool::install(|| located.par_iter().filter_map(check).collect())
+        } else {
+            located.iter().filter_map(check).collect()
+        })
+    }
+
+    /// Whether the `len` bytes at `offset` hash to `digest`.
+    fn hash_matches(&self, digest: &[u8; 32], offset: usize, len: usize, parallel: bool) -> bool {
+        let map = &self.inner().map;
+        if len >= WILLNEED_MIN {
+            // Only a hint: if the kernel refuses it, hashing still reads the pages.
+            let _ = map.advise_range(Advice::WillNeed, offset, len);
+        }
+        hash(&map[offset..offset + len], parallel) == *digest
     }
 
     /// Asks the kernel to start reading the given blobs' pages (`MADV_WILLNEED`) so that

@@ -1,11 +1,12 @@
 //! The bytes of one object, mapped read-only from its file.
 
 use std::fmt;
-use std::ops::Deref;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use memmap2::Mmap;
 
+use crate::bundle::BlobView;
 use crate::hash::Digest;
 
 /// An object's content, backed by a shared read-only mapping of its file
@@ -13,17 +14,35 @@ use crate::hash::Digest;
 ///
 /// Cloning shares the mapping. The mapping stays valid after the file is
 /// unlinked (by GC, say): on Linux an unlinked file lives on while mapped.
+///
+/// A blob may also be a slice of a larger shared mapping: a blob served out
+/// of a bundle file is ([`Blob::from_view`]).
 #[derive(Clone)]
 pub struct Blob {
     digest: Digest,
     map: Option<Arc<Mmap>>,
+    range: Range<usize>,
 }
 
 impl Blob {
     pub(crate) fn new(digest: Digest, map: Option<Mmap>) -> Self {
+        let len = map.as_ref().map_or(0, |m| m.len());
         Blob {
             digest,
             map: map.map(Arc::new),
+            range: 0..len,
+        }
+    }
+
+    /// A blob whose bytes are `view`'s slice of a bundle mapping; the
+    /// mapping stays alive as long as any blob or view of it does.
+    /// `digest` is trusted: check it before handing the blob out.
+    pub fn from_view(digest: Digest, view: BlobView) -> Self {
+        let range = view.offset()..view.offset() + view.len();
+        Blob {
+            digest,
+            map: Some(Arc::clone(view.mmap())),
+            range,
         }
     }
 
@@ -35,7 +54,7 @@ impl Blob {
     /// The content.
     pub fn as_bytes(&self) -> &[u8] {
         match &self.map {
-            Some(map) => map,
+            Some(map) => &map[self.range.clone()],
             None => &[],
         }
     }

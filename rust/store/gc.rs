@@ -6,6 +6,7 @@ use std::io;
 use std::time::{Duration, SystemTime};
 
 use crate::error::{Error, IoContext, Result};
+use crate::hash::Digest;
 use crate::lock::LockMode;
 use crate::store::durable::mtime;
 use crate::store::mark::{Marked, Strictness};
@@ -39,11 +40,22 @@ impl Store {
     /// belong to crashed writers.
     pub fn gc(&self, dry_run: bool, grace: Duration) -> Result<GcReport> {
         let _lock = self.lock(LockMode::Exclusive)?;
+        self.sweep_locked(self.ref_targets()?, dry_run, grace)
+    }
+
+    /// The sweep of [`gc`](Self::gc), keeping what `roots` reach (plus young
+    /// objects); the caller holds the GC lock exclusive.
+    pub(crate) fn sweep_locked(
+        &self,
+        roots: Vec<Digest>,
+        dry_run: bool,
+        grace: Duration,
+    ) -> Result<GcReport> {
         let cutoff = SystemTime::now()
             .checked_sub(grace)
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let mut marked = Marked::default();
-        self.mark(self.ref_targets()?, Strictness::Fail, &mut marked)?;
+        self.mark(roots, Strictness::Fail, &mut marked)?;
 
         let objects = self.list_objects()?;
         let mut young = Vec::new();

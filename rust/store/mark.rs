@@ -27,6 +27,10 @@ pub(crate) struct Marked {
     pub missing: BTreeSet<Digest>,
     /// Manifests whose bytes do not hash to their name.
     pub corrupt: BTreeSet<Digest>,
+    /// Every digest reached, in the order first reached: depth-first, children
+    /// in manifest order, so one entry's objects come out together (export
+    /// lays bundles out in this order, which keeps an entry's blobs adjacent).
+    pub order: Vec<Digest>,
 }
 
 impl Store {
@@ -68,10 +72,12 @@ impl Store {
         marked: &mut Marked,
     ) -> Result<()> {
         let mut stack: Vec<Digest> = roots.into_iter().collect();
+        stack.reverse();
         while let Some(digest) = stack.pop() {
             if !marked.reached.insert(digest) {
                 continue;
             }
+            marked.order.push(digest);
             let blob = match self.map_object(&digest) {
                 Ok(blob) => blob,
                 Err(Error::Missing { .. }) => {
@@ -93,7 +99,8 @@ impl Store {
                 }
             }
             if let Some(Ok(manifest)) = Manifest::decode(&blob) {
-                stack.extend(manifest.children);
+                // Reversed so that the first child is popped, and ordered, first.
+                stack.extend(manifest.children.into_iter().rev());
             }
         }
         Ok(())

@@ -14,6 +14,8 @@
 
 mod blob;
 pub mod durable;
+mod evict;
+mod export;
 mod gc;
 pub mod layout;
 pub mod manifest;
@@ -21,6 +23,9 @@ mod mark;
 mod objects;
 pub mod refs;
 mod stats;
+#[cfg(test)]
+mod tests_bundle;
+mod usage;
 mod verify;
 
 use std::path::{Path, PathBuf};
@@ -31,11 +36,14 @@ use crate::hash::Digest;
 use crate::lock::{GcLock, LockMode};
 
 pub use blob::Blob;
+pub use evict::EvictReport;
+pub use export::ImportReport;
 pub use gc::GcReport;
 pub use layout::Layout;
 pub use manifest::Manifest;
 pub use objects::PutOutcome;
 pub use stats::Stats;
+pub use usage::{RefUsage, Usage};
 pub use verify::VerifyReport;
 
 use stats::Counters;

@@ -145,7 +145,11 @@ impl Store {
     /// byte, a truncation) is [`Error::Corrupt`]: wrong bytes are never
     /// returned.
     pub fn get(&self, digest: &Digest) -> Result<Blob> {
-        let blob = self.map_object(digest)?;
+        let blob = self.map_object(digest).inspect_err(|e| {
+            if matches!(e, Error::Missing { .. }) {
+                self.counters.count_miss();
+            }
+        })?;
         self.counters.count_get();
         if self.options.verify && hash_bytes(&blob) != *digest {
             return Err(Error::Corrupt { digest: *digest });

@@ -70,10 +70,16 @@ impl Store {
     /// Points `name` at `digest`, replacing any previous target atomically.
     /// The object must exist ([`Error::Missing`] otherwise).
     pub fn set_ref(&self, name: &str, digest: &Digest) -> Result<()> {
-        let path = self.ref_path(name)?;
         // Held across the existence check and the rename, so GC cannot sweep
         // the target in between and leave a dangling ref.
         let _lock = self.lock(LockMode::Shared)?;
+        self.set_ref_locked(name, digest)
+    }
+
+    /// [`set_ref`](Self::set_ref) for a caller that already holds the GC
+    /// lock (taking it again could wait forever on a GC queued in between).
+    pub(crate) fn set_ref_locked(&self, name: &str, digest: &Digest) -> Result<()> {
+        let path = self.ref_path(name)?;
         if !self.contains(digest)? {
             return Err(Error::Missing { digest: *digest });
         }

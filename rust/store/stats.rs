@@ -16,6 +16,7 @@ use crate::store::Store;
 pub(crate) struct Counters {
     puts: AtomicU64,
     gets: AtomicU64,
+    misses: AtomicU64,
     dedup_hits: AtomicU64,
 }
 
@@ -25,6 +26,9 @@ impl Counters {
     }
     pub fn count_get(&self) {
         self.gets.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn count_miss(&self) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
     }
     pub fn count_dedup_hit(&self) {
         self.dedup_hits.fetch_add(1, Ordering::Relaxed);
@@ -46,6 +50,8 @@ pub struct Stats {
     pub puts: u64,
     /// Gets through this handle.
     pub gets: u64,
+    /// Gets through this handle of objects that were not stored.
+    pub misses: u64,
 }
 
 /// One object file found on disk.
@@ -68,6 +74,7 @@ impl Store {
             dedup_hits: self.counters.dedup_hits.load(Ordering::Relaxed),
             puts: self.counters.puts.load(Ordering::Relaxed),
             gets: self.counters.gets.load(Ordering::Relaxed),
+            misses: self.counters.misses.load(Ordering::Relaxed),
         })
     }
 

@@ -5,6 +5,7 @@ use rayon::prelude::*;
 use crate::error::Result;
 use crate::hash::{hash_file, Digest};
 use crate::lock::LockMode;
+use crate::progress::Progress;
 use crate::store::mark::{Marked, Strictness};
 use crate::store::Store;
 
@@ -36,19 +37,33 @@ impl Store {
     /// Holds the GC lock shared, so a concurrent GC cannot make a reachable
     /// object look missing halfway through; writers carry on.
     pub fn verify(&self) -> Result<VerifyReport> {
+        self.verify_with(&Progress::new())
+    }
+
+    /// [`verify`](Self::verify), counting hashed bytes into `progress` and
+    /// stopping early once it is cancelled.
+    pub fn verify_with(&self, progress: &Progress) -> Result<VerifyReport> {
         let _lock = self.lock(LockMode::Shared)?;
         let objects = self.list_objects()?;
-        let checked: Vec<Result<Option<Digest>>> = objects
-            .par_iter()
-            .map(|object| match hash_file(&object.path) {
-                Ok(actual) => Ok((actual != object.digest).then_some(object.digest)),
-                // Only GC removes objects, and it waits for our lock; but an
-                // outside hand may have: report it as missing below if
-                // reachable, otherwise it is simply gone.
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e),
-            })
-            .collect();
+        progress.set_total(objects.iter().map(|o| o.meta.len()).sum());
+        let checked: Vec<Result<Option<Digest>>> = crate::pool::install(|| {
+            objects
+                .par_iter()
+                .map(|object| {
+                    progress.check(&object.path)?;
+                    let hashed = hash_file(&object.path);
+                    progress.add(object.meta.len());
+                    match hashed {
+                        Ok(actual) => Ok((actual != object.digest).then_some(object.digest)),
+                        // Only GC removes objects, and it waits for our lock; but an
+                        // outside hand may have: report it as missing below if
+                        // reachable, otherwise it is simply gone.
+                        Err(e) if e.is_not_found() => Ok(None),
+                        Err(e) => Err(e),
+                    }
+                })
+                .collect()
+        });
         let mut corrupt = Vec::new();
         for result in checked {
             corrupt.extend(result?);

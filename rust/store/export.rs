@@ -1,0 +1,210 @@
+//! Moving entries between a store and a bundle: export packs refs and
+//! everything they reach into one file; import unpacks one, deduplicating
+//! against what the store already holds.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::bundle::{Bundle, BundleSummary, BundleWriter};
+use crate::error::{Error, IoContext, Result};
+use crate::hash::{hash_bytes, Digest};
+use crate::lock::LockMode;
+use crate::progress::Progress;
+use crate::store::mark::{Marked, Strictness};
+use crate::store::Store;
+
+/// What [`Store::import_bundle`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ImportReport {
+    /// Blobs written to the store.
+    pub objects_new: u64,
+    /// Blobs the store already held (nothing written, nothing hashed).
+    pub objects_present: u64,
+    /// Bytes written to the store.
+    pub bytes_new: u64,
+    /// Refs of the bundle that now point where the bundle says.
+    pub refs: u64,
+    /// Of those, refs that were created or repointed (the rest already matched).
+    pub refs_changed: u64,
+}
+
+enum Outcome {
+    New(u64),
+    Present,
+    Corrupt(Digest),
+}
+
+fn digest_of(raw: &[u8; 32]) -> Digest {
+    blake3::Hash::from_bytes(*raw).into()
+}
+
+impl Store {
+    /// Writes a bundle at `path` holding the refs `names` and every object
+    /// they reach, directly or through manifests.
+    ///
+    /// Objects are laid out depth-first from each ref, so the blobs of one
+    /// entry sit together in the file and prefetch as one range. Each object
+    /// is rehashed as it is copied, so a corrupt object fails the export
+    /// (`Error::Corrupt`) rather than ship; an unknown ref name is
+    /// `Error::InvalidName`, an unreachable object `Error::Missing`. The GC
+    /// lock is held shared throughout, so GC cannot sweep what is being
+    /// packed; writers carry on. The bundle appears at `path` complete or
+    /// not at all.
+    pub fn export_bundle(&self, names: &[String], path: &Path) -> Result<BundleSummary> {
+        self.export_bundle_with(names, path, &Progress::new())
+    }
+
+    /// [`export_bundle`](Self::export_bundle), counting copied bytes into
+    /// `progress` and stopping (leaving no file) once it is cancelled.
+    pub fn export_bundle_with(
+        &self,
+        names: &[String],
+        path: &Path,
+        progress: &Progress,
+    ) -> Result<BundleSummary> {
+        let _lock = self.lock(LockMode::Shared)?;
+        let mut named = Vec::with_capacity(names.len());
+        for name in names {
+            match self.get_ref(name)? {
+                Some(digest) => named.push((name, digest)),
+                None => return Err(Error::InvalidName(format!("{name:?}: no such ref"))),
+            }
+        }
+        let mut marked = Marked::default();
+        self.mark(named.iter().map(|(_, d)| *d), Strictness::Fail, &mut marked)?;
+        if let Some(digest) = marked.missing.first() {
+            return Err(Error::Missing { digest: *digest });
+        }
+        let mut objects = Vec::with_capacity(marked.order.len());
+        for digest in &marked.order {
+            let object = self.object_path(digest);
+            objects.push((
+                digest,
+                object.clone(),
+                fs::metadata(&object).at(&object)?.len(),
+            ));
+        }
+        progress.set_total(objects.iter().map(|o| o.2).sum());
+
+        let mut writer = BundleWriter::create(path)?;
+        for (digest, object, len) in &objects {
+            progress.check(path)?;
+            writer.add_blob_from_path(*digest.as_bytes(), object)?;
+            progress.add(*len);
+        }
+        for (name, digest) in &named {
+            writer.add_ref(name, *digest.as_bytes())?;
+        }
+        writer.finish()
+    }
+
+    /// Unpacks the bundle at `path` into the store: every blob the store
+    /// lacks is verified against its digest and written through the normal
+    /// crash-safe put path (in parallel), then the bundle's refs are set.
+    ///
+    /// Idempotent: blobs already stored are neither hashed nor written, and
+    /// refs that already match are left alone (their use time included).
+    ///
+    /// A ref is set only once everything it reaches is in the store. A
+    /// bundle blob that does not hash to its name is not written, so no ref
+    /// that reaches it is set, and the call fails with `Error::Corrupt` after
+    /// importing everything else; a ref whose closure the bundle does not
+    /// hold is skipped the same way with `Error::Missing`. A malformed bundle
+    /// is `Error::Format` before anything is written.
+    pub fn import_bundle(&self, path: &Path) -> Result<ImportReport> {
+        self.import_bundle_with(path, &Progress::new())
+    }
+
+    /// [`import_bundle`](Self::import_bundle), counting processed bytes into
+    /// `progress`; once it is cancelled the call fails with `Interrupted`,
+    /// having set no ref.
+    pub fn import_bundle_with(&self, path: &Path, progress: &Progress) -> Result<ImportReport> {
+        let bundle = Bundle::open(path)?;
+        let digests: Vec<[u8; 32]> = bundle.digests().copied().collect();
+        let sizes = |raw: &[u8; 32]| bundle.locate(raw).map_or(0, |(_, len)| len as u64);
+        progress.set_total(digests.iter().map(sizes).sum());
+
+        // Held until the refs are set: GC must not sweep a blob that is
+        // written but not yet named.
+        let _lock = self.lock(LockMode::Shared)?;
+        let outcomes: Vec<Result<Outcome>> = crate::pool::install(|| {
+            (digests.par_iter())
+                .map(|raw| {
+                    progress.check(path)?;
+                    let outcome = self.import_blob(&bundle, raw);
+                    progress.add(sizes(raw));
+                    outcome
+                })
+                .collect()
+        });
+        let mut report = ImportReport::default();
+        let mut corrupt = Vec::new();
+        for outcome in outcomes {
+            match outcome? {
+                Outcome::New(len) => {
+                    report.objects_new += 1;
+                    report.bytes_new += len;
+                }
+                Outcome::Present => report.objects_present += 1,
+                Outcome::Corrupt(digest) => corrupt.push(digest),
+            }
+        }
+
+        let mut blocked = None;
+        for (name, raw) in bundle.refs() {
+            let target = digest_of(raw);
+            let mut marked = Marked::default();
+            self.mark([target], Strictness::Record, &mut marked)?;
+            // Name the bundle's own damage rather than its consequence.
+            let problem = (marked.missing.iter().find(|d| corrupt.contains(d)))
+                .or(marked.corrupt.first())
+                .map(|&digest| Error::Corrupt { digest })
+                .or_else(|| {
+                    marked
+                        .missing
+                        .first()
+                        .map(|&digest| Error::Missing { digest })
+                });
+            if let Some(err) = problem {
+                blocked.get_or_insert(err);
+                continue;
+            }
+            report.refs += 1;
+            if self.get_ref(name)? != Some(target) {
+                self.set_ref_locked(name, &target)?;
+                report.refs_changed += 1;
+            }
+        }
+        match blocked {
+            Some(err) => Err(err),
+            None => Ok(report),
+        }
+    }
+
+    /// Copies one blob of `bundle` into the store; the caller holds the GC
+    /// lock shared.
+    fn import_blob(&self, bundle: &Bundle, raw: &[u8; 32]) -> Result<Outcome> {
+        let digest = digest_of(raw);
+        if self.freshen(&self.object_path(&digest))? {
+            return Ok(Outcome::Present);
+        }
+        let bytes = bundle
+            .get(raw)
+            .expect("digest comes from the bundle's own index");
+        // The mapping is read-only and bundles are never modified in place,
+        // so the bytes written below are the bytes hashed here.
+        if hash_bytes(bytes) != digest {
+            return Ok(Outcome::Corrupt(digest));
+        }
+        Ok(
+            if self.put_locked(&digest, |file| file.write_all(bytes), None)? {
+                Outcome::New(bytes.len() as u64)
+            } else {
+                Outcome::Present
+            },
+        )
+    }
+}
