@@ -22,6 +22,9 @@ use crate::error::Error;
 use crate::hash::{hash_bytes, Digest};
 use crate::store::{Blob, Options, Store};
 
+mod bundle;
+mod progress;
+
 create_exception!(
     precompile._core,
     StoreError,
@@ -468,8 +471,14 @@ impl PyStore {
     }
 
     /// Rehashes every object and checks that everything refs reach exists.
-    fn verify<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let r = py.detach(|| self.inner.verify())?;
+    /// `progress(done, total)` is called with bytes hashed while it runs.
+    #[pyo3(signature = (*, progress = None))]
+    fn verify<'py>(
+        &self,
+        py: Python<'py>,
+        progress: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let r = progress::run(py, progress, |p| self.inner.verify_with(p))?;
         let hex = |v: &[Digest]| v.iter().map(Digest::to_hex).collect::<Vec<_>>();
         let d = PyDict::new(py);
         d.set_item("objects", r.objects)?;
@@ -490,7 +499,52 @@ impl PyStore {
         d.set_item("dedup_hits", s.dedup_hits)?;
         d.set_item("puts", s.puts)?;
         d.set_item("gets", s.gets)?;
+        d.set_item("misses", s.misses)?;
         Ok(d)
+    }
+
+    /// Writes refs `refs` (None: all) and everything they reach to one
+    /// bundle file at `path`: {blobs, refs, bytes}.
+    #[pyo3(signature = (refs, path, *, progress = None))]
+    fn export_bundle<'py>(
+        &self,
+        py: Python<'py>,
+        refs: Option<Vec<String>>,
+        path: PathBuf,
+        progress: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        bundle::export(py, &self.inner, refs, path, progress)
+    }
+
+    /// Unpacks the bundle at `path` (idempotent, deduplicating): {objects_new,
+    /// objects_present, bytes_new, refs, refs_changed}.
+    #[pyo3(signature = (path, *, progress = None))]
+    fn import_bundle<'py>(
+        &self,
+        py: Python<'py>,
+        path: PathBuf,
+        progress: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        bundle::import(py, &self.inner, path, progress)
+    }
+
+    /// Deletes least recently used refs until the store fits in `max_size`
+    /// bytes, then sweeps like `gc`.
+    #[pyo3(signature = (max_size, *, dry_run = false, grace_seconds = 3600.0))]
+    fn evict<'py>(
+        &self,
+        py: Python<'py>,
+        max_size: u64,
+        dry_run: bool,
+        grace_seconds: f64,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let grace = seconds(grace_seconds, "grace_seconds")?;
+        bundle::evict(py, &self.inner, max_size, dry_run, grace)
+    }
+
+    /// Each ref's closure size and the store's totals.
+    fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        bundle::usage(py, &self.inner)
     }
 
     fn __repr__(&self) -> String {
@@ -501,6 +555,8 @@ impl PyStore {
 /// precompile's store core, implemented in Rust.
 #[pymodule]
 mod _core {
+    #[pymodule_export]
+    use super::bundle::{open_bundle, PyBundle};
     #[pymodule_export]
     use super::{
         blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,

@@ -1,6 +1,6 @@
 """Content-addressed, memory-mapped store for torch.compile precompile artifacts.
 
-The store itself (`Store`, `Blob`, the errors) needs no torch. The torch
+The store itself (`Store`, `Blob`, `Bundle`, the errors) needs no torch. The torch
 integration (`install`, `save`, ...) is imported on first use, so tools
 that only read a store start fast.
 """
@@ -9,6 +9,7 @@ from typing import Any
 
 from ._core import (
     Blob,
+    Bundle,
     CorruptObjectError,
     FormatError,
     LockTimeout,
@@ -17,6 +18,7 @@ from ._core import (
     StoreError,
     __version__,
     blake3_hex,
+    open_bundle,
 )
 
 # Names whose modules import torch, loaded on first access.
@@ -45,6 +47,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "Blob",
+    "Bundle",
     "CorruptObjectError",
     "FormatError",
     "LockTimeout",
@@ -59,6 +62,7 @@ __all__ = [
     "default_store_path",
     "install",
     "installed",
+    "open_bundle",
     "save",
     "uninstall",
 ]

@@ -2,12 +2,14 @@
 
 import sys
 from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, TypedDict, final
 
 from typing_extensions import Buffer
 
 __all__ = [
     "Blob",
+    "Bundle",
     "CorruptObjectError",
     "FormatError",
     "LockTimeout",
@@ -16,6 +18,7 @@ __all__ = [
     "StoreError",
     "__version__",
     "blake3_hex",
+    "open_bundle",
 ]
 
 __version__: str
@@ -56,6 +59,61 @@ class _Stats(TypedDict):
     dedup_hits: int
     puts: int
     gets: int
+    misses: int
+
+class _ExportReport(TypedDict):
+    blobs: int
+    refs: int
+    bytes: int
+
+class _ImportReport(TypedDict):
+    objects_new: int
+    objects_present: int
+    bytes_new: int
+    refs: int
+    refs_changed: int
+
+class _EvictReport(TypedDict):
+    refs_evicted: list[str]
+    bytes_before: int
+    bytes_after: int
+    objects_freed: int
+    bytes_freed: int
+    objects_kept: int
+    tmp_freed: int
+    dry_run: bool
+
+class _RefUsage(TypedDict):
+    name: str
+    digest: str
+    mtime: float | None
+    objects: int
+    bytes: int
+    unique_bytes: int
+    missing: int
+
+class _Usage(TypedDict):
+    refs: list[_RefUsage]
+    objects: int
+    bytes: int
+    reachable_bytes: int
+    logical_bytes: int
+
+class _BundleVerifyReport(TypedDict):
+    blobs: int
+    bytes: int
+    corrupt: list[str]
+    ok: bool
+
+class _BundleStats(TypedDict):
+    blobs: int
+    bytes: int
+    refs: int
+    gets: int
+    misses: int
+
+# Called as progress(done, total) with bytes processed, about ten times a second.
+_Progress = Callable[[int, int], object]
 
 def blake3_hex(data: Buffer) -> str:
     """Hashes any buffer with blake3 and returns the lower-case hex digest."""
@@ -137,8 +195,70 @@ class Store:
     def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> _GcReport:
         """Sweeps objects no ref reaches that are older than `grace_seconds`."""
 
-    def verify(self) -> _VerifyReport:
+    def verify(self, *, progress: _Progress | None = None) -> _VerifyReport:
         """Rehashes every object and checks that everything refs reach exists."""
 
     def stats(self) -> _Stats:
         """Objects, bytes and refs on disk; puts, gets and dedup hits since open."""
+
+    def export_bundle(
+        self, refs: Sequence[str] | None, path: str | Path, *, progress: _Progress | None = None
+    ) -> _ExportReport:
+        """Writes refs `refs` (None: all) and everything they reach to one bundle file."""
+
+    def import_bundle(self, path: str | Path, *, progress: _Progress | None = None) -> _ImportReport:
+        """Unpacks the bundle at `path` (idempotent, deduplicating)."""
+
+    def evict(self, max_size: int, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> _EvictReport:
+        """Deletes least recently used refs until the store fits in `max_size` bytes, then sweeps."""
+
+    def usage(self) -> _Usage:
+        """Each ref's closure size and the store's totals."""
+
+@final
+class Bundle:
+    """A bundle file mapped read-only; blobs are served without copying."""
+
+    @property
+    def path(self) -> Path:
+        """The path the bundle was opened from."""
+
+    def contains(self, digest: str) -> bool:
+        """Whether the bundle holds the blob `digest`."""
+
+    def get(self, digest: str) -> Blob:
+        """The blob `digest`, straight from the mapping (checked first, with verify)."""
+
+    def size(self, digest: str) -> int:
+        """The size of the blob `digest` in bytes, without reading it."""
+
+    def get_manifest(self, digest: str) -> tuple[list[str], dict[str, Any]]:
+        """Reads the manifest `digest`: (children, meta)."""
+
+    def closure(self, digest: str) -> list[str]:
+        """Every blob `digest` reaches through manifests, itself first."""
+
+    def get_ref(self, name: str) -> str | None:
+        """The digest ref `name` points at, or None."""
+
+    def refs(self, prefix: str = "") -> list[str]:
+        """Ref names starting with `prefix`, sorted."""
+
+    def digests(self) -> list[str]:
+        """Every blob digest, sorted."""
+
+    def __len__(self) -> int: ...
+    def verify(self, parallel: bool = True, *, progress: _Progress | None = None) -> _BundleVerifyReport:
+        """Hashes every blob (in parallel by default, without the GIL)."""
+
+    def verify_blobs(self, digests: Sequence[str]) -> list[str]:
+        """Hashes the given blobs in parallel and returns those that do not match."""
+
+    def prefetch(self, digests: Sequence[str]) -> None:
+        """Asks the kernel to read the given blobs ahead (madvise WILLNEED)."""
+
+    def stats(self) -> _BundleStats:
+        """Blobs, bytes (of the file) and refs; gets and misses since open."""
+
+def open_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
+    """Maps the bundle at `path` read-only after validating its metadata."""

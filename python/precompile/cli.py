@@ -1,0 +1,301 @@
+"""The `precompile` command line: inspect, check, trim and move stores.
+
+    precompile [--store PATH] COMMAND [--json] ...
+
+COMMAND is one of ls, show, stats, verify, gc, export, import, du; `--store`
+may also name a bundle file for the read-only commands. The read commands
+take `--json` and then print one JSON document on stdout. Progress bars go
+to stderr and only appear on a terminal.
+
+Exit status: 0 when all is well; 1 when a problem was found (corrupt or
+missing objects) or an operation failed; 2 for a bad invocation (unknown
+command or option, no store at the path, unknown ref, bad size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.tree import Tree
+
+from . import paths
+from ._cli_views import (
+    ByteProgress,
+    Source,
+    UsageError,
+    human_age,
+    human_size,
+    parse_duration,
+    parse_size,
+)
+from ._core import FormatError, StoreError, __version__
+
+__all__ = ["main"]
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+
+def _emit_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def cmd_ls(args: argparse.Namespace, src: Source) -> int:
+    refs = [r for r in src.usage()["refs"] if r["name"].startswith(args.prefix)]
+    if args.json:
+        _emit_json(refs)
+        return 0
+    table = Table("ref", "entry", "objects", "size", "unique", "last used", box=None)
+    for r in refs:
+        table.add_row(
+            escape(r["name"]), r["digest"][:12], str(r["objects"]), human_size(r["bytes"]),
+            human_size(r["unique_bytes"]), human_age(r["mtime"]),
+        )
+    out.print(table if refs else "no refs")
+    return 0
+
+
+def _walk(src: Source, digest: str, seen: set[str]) -> dict[str, Any]:
+    size, is_manifest = src.node(digest)
+    seen.add(digest)
+    node: dict[str, Any] = {"digest": digest, "bytes": size}
+    if is_manifest:
+        try:
+            children, meta = src.manifest(digest)
+        except FormatError:
+            return node  # starts like a manifest but is not one: a plain blob
+        node["meta"] = meta
+        node["children"] = [_walk(src, child, seen) for child in children]
+    return node
+
+
+def _label(node: dict[str, Any]) -> str:
+    head = f"{node['digest'][:12]}  {human_size(node['bytes'])}"
+    if "children" not in node:
+        return f"[dim]blob[/]  {head}"
+    scalars = [f"{k}={v}" for k, v in node["meta"].items() if isinstance(v, (str, int, float, bool))]
+    meta = "  ".join(s if len(s) <= 48 else s[:45] + "..." for s in scalars[:4])
+    return f"[bold]manifest[/]  {head}  [cyan]{escape(meta)}[/]"
+
+
+def cmd_show(args: argparse.Namespace, src: Source) -> int:
+    digest = src.resolve(args.ref)
+    seen: set[str] = set()
+    root = _walk(src, digest, seen)
+    total = sum(src.node(d)[0] for d in seen)
+    if args.json:
+        _emit_json({"ref": args.ref, "objects": len(seen), "total_bytes": total, "tree": root})
+        return 0
+    tree = Tree(f"[bold]{escape(args.ref)}[/]  {len(seen)} objects, {human_size(total)}")
+    stack = [(tree, root)]
+    while stack:
+        parent, node = stack.pop()
+        branch = parent.add(_label(node))
+        stack.extend((branch, child) for child in reversed(node.get("children", [])))
+    out.print(tree)
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, src: Source) -> int:
+    u = src.usage()
+    hits, misses = src.counters()
+    reachable = u["reachable_bytes"]
+    largest = sorted(u["refs"], key=lambda r: r["bytes"], reverse=True)[:5]
+    doc = {
+        "entries": len(u["refs"]),
+        "blobs": u["objects"],
+        "bytes": u["logical_bytes"],
+        "unique_bytes": reachable,
+        "stored_bytes": u["bytes"],
+        "unreferenced_bytes": u["bytes"] - reachable,
+        "dedup_ratio": u["logical_bytes"] / reachable if reachable else 1.0,
+        "hits": hits,
+        "misses": misses,
+        "largest": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in largest],
+    }
+    if args.json:
+        _emit_json(doc)
+        return 0
+    table = Table(title=escape(src.path), show_header=False, box=None)
+    table.add_row("entries", str(doc["entries"]))
+    table.add_row("blobs", str(doc["blobs"]))
+    table.add_row("bytes (entries in full)", human_size(doc["bytes"]))
+    table.add_row("unique bytes", human_size(reachable))
+    table.add_row("dedup ratio", f"{doc['dedup_ratio']:.2f}x")
+    table.add_row("stored bytes", human_size(doc["stored_bytes"]))
+    table.add_row("unreferenced bytes", human_size(doc["unreferenced_bytes"]))
+    table.add_row("hits / misses since open", f"{hits} / {misses}")
+    out.print(table)
+    if largest:
+        top = Table("largest entries", "size", "unique", box=None)
+        for r in largest:
+            top.add_row(escape(r["name"]), human_size(r["bytes"]), human_size(r["unique_bytes"]))
+        out.print(top)
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace, src: Source) -> int:
+    doc: dict[str, Any]
+    with ByteProgress(err, "verifying") as bar:
+        if src.store is not None:
+            r = src.store.verify(progress=bar)
+            doc = dict(r)
+        else:
+            assert src.bundle is not None
+            b = src.bundle.verify(progress=bar)
+            doc = {"ok": b["ok"], "objects": b["blobs"], "bytes": b["bytes"], "corrupt": b["corrupt"], "missing": []}
+    if args.json:
+        _emit_json(doc)
+    elif doc["ok"]:
+        out.print(f"[green]ok[/]: {doc['objects']} objects, {human_size(doc['bytes'])} verified")
+    else:
+        for d in doc["corrupt"]:
+            out.print(f"[red]corrupt[/] {d}")
+        for d in doc["missing"]:
+            out.print(f"[red]missing[/] {d}")
+        out.print(f"{len(doc['corrupt'])} corrupt, {len(doc['missing'])} missing of {doc['objects']} objects")
+    return 0 if doc["ok"] else 1
+
+
+def cmd_gc(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("gc")
+    status = err.status("collecting garbage") if err.is_terminal else contextlib.nullcontext()
+    doc: dict[str, Any]
+    with status:
+        if args.max_size is not None:
+            doc = dict(store.evict(args.max_size, dry_run=args.dry_run, grace_seconds=args.grace))
+        else:
+            doc = dict(store.gc(dry_run=args.dry_run, grace_seconds=args.grace))
+    if args.json:
+        _emit_json(doc)
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    if args.max_size is not None:
+        evicted = doc["refs_evicted"]
+        out.print(f"{'would evict' if args.dry_run else 'evicted'} {len(evicted)} least recently used refs")
+        for name in evicted:
+            out.print(f"  {escape(name)}")
+    out.print(f"{verb} {doc['objects_freed']} objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}")
+    if args.max_size is not None:
+        out.print(f"store: {human_size(doc['bytes_before'])} -> {human_size(doc['bytes_after'])}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("export")
+    for name in args.refs:
+        if store.get_ref(name) is None:
+            raise UsageError(f"no ref named {name!r}")
+    with ByteProgress(err, "exporting") as bar:
+        doc: dict[str, Any] = dict(store.export_bundle(args.refs or None, args.out, progress=bar))
+    doc["path"] = args.out
+    if args.json:
+        _emit_json(doc)
+    else:
+        out.print(f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("import")
+    with ByteProgress(err, "importing") as bar:
+        doc = store.import_bundle(args.bundle, progress=bar)
+    if args.json:
+        _emit_json(doc)
+    else:
+        out.print(
+            f"imported {doc['refs']} refs ({doc['refs_changed']} new or changed): "
+            f"{doc['objects_new']} new objects ({human_size(doc['bytes_new'])}), "
+            f"{doc['objects_present']} already present"
+        )
+    return 0
+
+
+def cmd_du(args: argparse.Namespace, src: Source) -> int:
+    u = src.usage()
+    refs = sorted(u["refs"], key=lambda r: (-r["unique_bytes"], -r["bytes"], r["name"]))
+    doc = {
+        "refs": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in refs],
+        "stored_bytes": u["bytes"],
+        "unique_bytes": u["reachable_bytes"],
+        "unreferenced_bytes": u["bytes"] - u["reachable_bytes"],
+    }
+    if args.json:
+        _emit_json(doc)
+        return 0
+    table = Table("unique", "size", "share", "ref", box=None)
+    total = u["bytes"] or 1
+    for r in refs:
+        share = f"{100 * r['unique_bytes'] / total:.1f}%"
+        table.add_row(human_size(r["unique_bytes"]), human_size(r["bytes"]), share, escape(r["name"]))
+    table.add_row(human_size(doc["unreferenced_bytes"]), "", "", "[dim](unreferenced)[/]")
+    table.add_row(human_size(u["bytes"]), "", "", "[bold]total[/]")
+    out.print(table)
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="precompile", description="Inspect, check, trim and move precompile stores and bundles."
+    )
+    parser.add_argument(
+        "--store", metavar="PATH", help="store directory, or a bundle file for read commands "
+        "(default: $PRECOMPILE_STORE, else beside Inductor's cache dir)",
+    )
+    parser.add_argument("--version", action="version", version=f"precompile {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, func: Any, text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=text, description=text)
+        p.add_argument("--json", action="store_true", help="print JSON instead of text")
+        p.set_defaults(func=func)
+        return p
+
+    command("ls", cmd_ls, "list refs with their sizes and last use").add_argument(
+        "prefix", nargs="?", default="", help="only refs starting with this")
+    command("show", cmd_show, "print the manifest tree of a ref, with sizes").add_argument(
+        "ref", help="a ref name or an object digest")
+    command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries")
+    command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
+    gc = command("gc", cmd_gc, "evict least recently used refs down to a size, then sweep")
+    gc.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
+    gc.add_argument("--max-size", type=parse_size, metavar="SIZE",
+                    help="evict least recently used refs until the store fits (10G, 500M, ...)")
+    gc.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
+                    help="keep unreferenced objects younger than this (default 1h; 0 when nothing writes)")
+    export = command("export", cmd_export, "write refs and everything they reach to one bundle file")
+    export.add_argument("out", help="the bundle file to write")
+    export.add_argument("refs", nargs="*", help="refs to export (default: all)")
+    command("import", cmd_import, "unpack a bundle into the store (idempotent)").add_argument(
+        "bundle", help="the bundle file to read")
+    command("du", cmd_du, "disk usage per ref: what deleting each would free")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        src = Source(args.store or paths.default_store_path(), create=args.command == "import")
+        return int(args.func(args, src))
+    except UsageError as e:
+        err.print(f"precompile: error: {escape(str(e))}")
+        return 2
+    except KeyboardInterrupt:
+        err.print("precompile: interrupted")
+        return 130
+    except (StoreError, OSError, ValueError) as e:
+        err.print(f"precompile: error: {escape(str(e))}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Where things live by default, computed without importing torch.
+
+The command line starts in well under a second because it never imports
+torch; these rules mirror torch's own so that both agree on the same
+directories.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import tempfile
+
+__all__ = ["default_store_path", "inductor_cache_dir"]
+
+
+def inductor_cache_dir() -> str:
+    """Inductor's cache dir, by torch's rule: `$TORCHINDUCTOR_CACHE_DIR`, else
+    `<tempdir>/torchinductor_<user>` (the user name sanitized like torch does).
+
+    Unlike torch, this neither creates the directory nor writes the variable
+    back into the environment.
+    """
+    env = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if env is not None:
+        return os.path.abspath(env)
+    try:
+        user = getpass.getuser()
+    except (KeyError, ModuleNotFoundError, OSError):
+        user = f"uid_{os.getuid()}"
+    user = re.sub(r'[\\/:*?"<>|]', "_", user)
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + user)
+
+
+def default_store_path() -> str:
+    """`$PRECOMPILE_STORE`, else a directory beside Inductor's cache dir."""
+    env = os.environ.get("PRECOMPILE_STORE")
+    if env:
+        return env
+    return inductor_cache_dir().rstrip(os.sep) + "-precompile"
