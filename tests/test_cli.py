@@ -1,0 +1,148 @@
+"""The command line, run as a real `python -m precompile` subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import precompile
+from precompile import Store
+from synthetic import blob_bytes, load_entry, make_entries
+
+PACKAGE_ROOT = str(Path(precompile.__file__).resolve().parents[1])
+
+
+def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, full_env.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "precompile", *map(str, args)],
+        capture_output=True, text=True, env=full_env, timeout=120,
+    )
+
+
+def cli_json(*args: object) -> Any:
+    proc = cli(*args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    root = tmp_path / "store"
+    refs = make_entries(Store(root), 3)
+    return root, refs
+
+
+def test_export_import_round_trip(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, refs = store
+    bundle = tmp_path / "ship.bundle"
+    exported = cli("--store", root, "export", bundle)
+    assert exported.returncode == 0, exported.stderr
+    assert "3 refs" in exported.stdout and bundle.is_file()
+
+    served = tmp_path / "served"
+    imported = cli_json("--store", served, "import", bundle)
+    assert imported["refs"] == imported["refs_changed"] == 3 and imported["objects_present"] == 0
+    again = cli_json("--store", served, "import", bundle)
+    assert again["objects_new"] == 0 and again["refs_changed"] == 0
+
+    a, b = Store(root), Store(served)
+    for ref in refs:
+        assert load_entry(a, ref) == load_entry(b, ref)
+    listed = cli_json("--store", served, "ls")
+    assert [r["name"] for r in listed] == sorted(refs)
+    assert cli_json("--store", served, "verify")["ok"]
+
+    # Only the named refs, and the read commands work on the bundle file itself.
+    one = tmp_path / "one.bundle"
+    assert cli("--store", root, "export", one, "dynamo/e1").returncode == 0
+    assert [r["name"] for r in cli_json("--store", one, "ls")] == ["dynamo/e1"]
+    assert cli_json("--store", one, "verify")["ok"]
+
+
+def test_every_read_command_prints_json(store: tuple[Path, dict[str, str]]) -> None:
+    root, refs = store
+    ls = cli_json("--store", root, "ls", "dynamo/e")
+    assert {r["name"]: r["digest"] for r in ls} == refs
+    assert all(r["bytes"] >= r["unique_bytes"] > 0 for r in ls)
+
+    show = cli_json("--store", root, "show", "dynamo/e0")
+    tree = show["tree"]
+    assert tree["digest"] == refs["dynamo/e0"] and tree["meta"]["kind"] == "entry"
+    assert [c["meta"]["kind"] for c in tree["children"]] == ["backend", "backend"]
+    assert show["total_bytes"] == load_entry(Store(root), "dynamo/e0")["bytes"]
+
+    stats = cli_json("--store", root, "stats")
+    assert stats["entries"] == 3 and stats["dedup_ratio"] > 1  # the shared blob
+    assert stats["bytes"] > stats["unique_bytes"] == stats["stored_bytes"]
+    assert len(stats["largest"]) == 3 and {"hits", "misses", "blobs"} <= stats.keys()
+
+    verify = cli_json("--store", root, "verify")
+    assert verify["ok"] and verify["objects"] == stats["blobs"]
+
+    du = cli_json("--store", root, "du")
+    assert [r["name"] for r in du["refs"]] and du["unreferenced_bytes"] == 0
+
+    dry = cli_json("--store", root, "gc", "--dry-run", "--max-size", "1K", "--grace", "0")
+    assert dry["dry_run"] and len(dry["refs_evicted"]) == 3
+    assert Store(root).refs() == sorted(refs)  # a dry run changes nothing
+
+    text = cli("--store", root, "show", "dynamo/e0")
+    assert text.returncode == 0 and "manifest" in text.stdout and "kind=entry" in text.stdout
+
+
+def test_exit_codes(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, _ = store
+    assert cli("--store", root, "stats").returncode == 0
+    assert cli("--store", root, "frobnicate").returncode == 2
+    assert cli("--store", root).returncode == 2
+    assert cli("--store", root, "gc", "--max-size", "10X").returncode == 2
+    for args in (("--store", tmp_path / "absent", "ls"), ("--store", root, "show", "dynamo/nope"),
+                 ("--store", root, "export", tmp_path / "x.bundle", "dynamo/nope")):
+        proc = cli(*args)
+        assert proc.returncode == 2, proc
+        assert proc.stderr.startswith("precompile: error:") and "Traceback" not in proc.stderr
+
+    # A problem found: a corrupt object makes verify exit 1 and name it.
+    opened = Store(root)
+    victim = Path(opened.object_path(opened.put(blob_bytes("victim", 5000))))
+    victim.chmod(0o644)
+    victim.write_bytes(b"tampered")
+    proc = cli("--store", root, "verify")
+    assert proc.returncode == 1 and "corrupt" in proc.stdout
+    assert cli("--store", root, "verify", "--json").returncode == 1
+
+    bad = tmp_path / "not-a.bundle"
+    bad.write_bytes(b"PCBUNDLE" + bytes(200))
+    proc = cli("--store", tmp_path / "fresh", "import", bad)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "error" in proc.stderr
+
+
+def test_gc_max_size_keeps_the_most_recently_used_refs(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = Store(root)
+    for i in range(4):
+        leaf = store.put(blob_bytes(f"entry {i}", 100_000))
+        store.set_ref(f"dynamo/e{i}", store.put_manifest([leaf], {"i": i}))
+    # Use order, oldest first: e2, e0, e3, e1 (loads call touch_ref on every hit).
+    for name in ("dynamo/e2", "dynamo/e0", "dynamo/e3", "dynamo/e1"):
+        time.sleep(0.02)
+        assert store.touch_ref(name)
+
+    proc = cli("--store", root, "gc", "--max-size", "250K", "--grace", "0")
+    assert proc.returncode == 0, proc.stderr
+    assert Store(root).refs() == ["dynamo/e1", "dynamo/e3"]
+    assert Store(root).stats()["bytes"] <= 250 * 1024
+    assert cli_json("--store", root, "verify")["ok"]
+
+    # Under the cap already: nothing more goes.
+    again = cli_json("--store", root, "gc", "--max-size", "250K", "--grace", "0")
+    assert again["refs_evicted"] == [] and again["objects_freed"] == 0
