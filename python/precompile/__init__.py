@@ -26,7 +26,7 @@ _TORCH_NAMES = {
     "PrecompileWarning": "context",
     "SaveReport": "context",
     "StoreDynamoCache": "dynamo",
-    "default_store_path": "dynamo",
+    "default_store_path": "paths",
     "install": "dynamo",
     "installed": "dynamo",
     "save": "dynamo",

@@ -242,6 +242,12 @@ def cmd_du(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace, src: Source) -> int:
+    from .demo import run
+
+    return run(str(src.path), out.print)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="precompile", description="Inspect, check, trim and move precompile stores and bundles."
@@ -277,6 +283,11 @@ def _parser() -> argparse.ArgumentParser:
     command("import", cmd_import, "unpack a bundle into the store (idempotent)").add_argument(
         "bundle", help="the bundle file to read")
     command("du", cmd_du, "disk usage per ref: what deleting each would free")
+    sub.add_parser(
+        "demo", help="compile a model into the store, then warm-start it in a fresh process",
+        description="compile a model into the store, then warm-start it in a fresh process "
+        "with empty caches (needs torch)",
+    ).set_defaults(func=cmd_demo)
     return parser
 
 
@@ -284,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        src = Source(args.store or paths.default_store_path(), create=args.command == "import")
+        src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "demo"))
         return int(args.func(args, src))
     except UsageError as e:
         err.print(f"precompile: error: {escape(str(e))}")

@@ -21,6 +21,7 @@ from typing import Any
 from . import _torch_compat as tc
 from .context import PrecompileWarning, SaveReport, save_context
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
+from .paths import default_store_path
 
 __all__ = [
     "StoreDynamoCache",
@@ -32,14 +33,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-def default_store_path() -> str:
-    """`$PRECOMPILE_STORE`, else a directory beside Inductor's cache dir."""
-    env = os.environ.get("PRECOMPILE_STORE")
-    if env:
-        return env
-    return tc.inductor_cache_dir().rstrip(os.sep) + "-precompile"
 
 
 def _record_for_mega_cache(key: str, entry: tc.PrecompileCacheEntry) -> None:

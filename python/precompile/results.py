@@ -293,9 +293,13 @@ class StoredBackend:
             skeleton.compiled_bw = copy.copy(result.compiled_bw)
             skeleton.compiled_bw.result = None
         skeleton.serialized_bw_module = None
-        if hasattr(skeleton.sanitized_aot_config, "aot_id"):
-            skeleton.sanitized_aot_config = copy.copy(result.sanitized_aot_config)
-            skeleton.sanitized_aot_config.aot_id = 0
+        # The AOT id counts compilations in the process (it travels in the
+        # binding); the backend id names this use (torch clears it on save,
+        # though not in every release). Neither belongs to what is shared.
+        skeleton.sanitized_aot_config = copy.copy(result.sanitized_aot_config)
+        for name, value in (("aot_id", 0), ("precompile_backend_id", None)):
+            if hasattr(skeleton.sanitized_aot_config, name):
+                setattr(skeleton.sanitized_aot_config, name, value)
         for name in _BACKEND_TEXT_FIELDS:
             if hasattr(skeleton, name):
                 setattr(skeleton, name, None)
