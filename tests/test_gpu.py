@@ -21,24 +21,44 @@ _IR_SUFFIXES = (".ttir", ".ttgir", ".llir", ".ptx", ".source")
 
 
 def _triton_files(side: Path) -> list[str]:
+    # Inductor keeps Triton's cache under its own cache dir unless
+    # TRITON_CACHE_DIR says otherwise: look at both.
     files = []
-    for root, _, names in os.walk(side / "triton"):
-        files += names
+    for root, _, names in os.walk(side):
+        if "triton" in Path(root).parts:
+            files += names
     return files
+
+
+def _stored_triton_files(store: Path, entries: dict) -> list[str]:
+    s = precompile.Store(str(store))
+    names = []
+    for entry in entries.values():
+        _, meta = s.get_manifest(entry)
+        for record in meta["backends"].values():
+            _, backend = s.get_manifest(record["manifest"])
+            for side in ("forward", "backward"):
+                if backend[side] is not None:
+                    _, graph = s.get_manifest(backend[side])
+                    names += [f[0] for kernel in graph["triton"] for f in kernel["files"]]
+    return names
 
 
 def test_cuda_second_process_loads_triton_kernels_from_the_store(tmp_path: Path) -> None:
     store = tmp_path / "store"
     a = run_scenario("cuda_transformer", "compile", store, tmp_path)
-    assert any(f.endswith(_IR_SUFFIXES) for f in _triton_files(tmp_path / "compile"))
+    stored = _stored_triton_files(store, a["report"]["entries"])
+    assert any(n.endswith(".cubin") for n in stored), stored
     b = run_scenario("cuda_transformer", "load", store, tmp_path)
     torch.testing.assert_close(a["outputs"][0], b["outputs"][0], rtol=0, atol=0)
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1
     assert counter(b, "inductor", "fxgraph_cache_miss") == 0
     assert counter(b, "inductor", "triton_bundler_read_and_emit_kernel") > 0, b["counters"]
     emitted = _triton_files(tmp_path / "load")
-    # Only what launching reads was written; nothing was compiled.
-    assert emitted and not any(f.endswith(_IR_SUFFIXES) for f in emitted), emitted
+    # Only what launching reads was written; a Triton compile would have
+    # left its IR behind.
+    assert any(f.endswith(".cubin") for f in emitted), emitted
+    assert not any(f.endswith(_IR_SUFFIXES) for f in emitted), emitted
     assert b["compiler_runs"] == []
 
 

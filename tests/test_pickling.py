@@ -118,3 +118,15 @@ def test_foreign_records_are_refused() -> None:
     record, tensors = pickling.dumps(("something-else", None, None))
     with pytest.raises(ValueError, match="not a serialized graph module"):
         graph.deserialize_graph_module(record, tensors)
+
+
+def test_bytes_do_not_depend_on_object_identity() -> None:
+    # The same values, once sharing string objects and once not.
+    shared = "kernel_name"
+    a = {"fn": shared, "name": shared, "blob": b"xyz" * 3}
+    b = {"fn": "".join(["kernel", "_name"]), "name": "".join(["kernel_", "name"]), "blob": b"xyz" * 3}
+    assert a["fn"] is a["name"] and b["fn"] is not b["name"]
+    assert pickling.dumps(a)[0] == pickling.dumps(b)[0]
+    assert pickling.loads(pickling.dumps(b)[0]) == a
+    big = "x" * (1 << 17)
+    assert pickling.loads(pickling.dumps([big, big.encode()])[0]) == [big, big.encode()]

@@ -19,6 +19,7 @@ import ctypes
 import io
 import json
 import pickle
+import struct
 from collections.abc import Sequence
 from typing import Any
 
@@ -107,8 +108,34 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
     def _save_set(self, obj: Any) -> None:
         self.save_reduce(type(obj), (sorted(obj, key=_sort_key),), obj=obj)
 
+    # Pickle memoizes by object identity, so two equal strings write
+    # differently depending on whether they happen to be one object (a
+    # back-reference) or two (the text again). Strings and bytes are
+    # immutable, so writing each occurrence in full loses nothing and makes
+    # the bytes depend on values only.
+    def _save_text(self, obj: str | bytes) -> None:
+        if isinstance(obj, str):
+            data = obj.encode("utf-8", "surrogatepass")
+            short, mid, large = pickle.SHORT_BINUNICODE, pickle.BINUNICODE, pickle.BINUNICODE8
+        else:
+            data = bytes(obj)
+            short, mid, large = pickle.SHORT_BINBYTES, pickle.BINBYTES, pickle.BINBYTES8
+        n = len(data)
+        if n <= 0xFF:
+            header = short + struct.pack("<B", n)
+        elif n <= 0xFFFFFFFF:
+            header = mid + struct.pack("<I", n)
+        else:
+            header = large + struct.pack("<Q", n)
+        if n >= self.framer._FRAME_SIZE_TARGET:
+            self._write_large_bytes(header, data)
+        else:
+            self.write(header + data)
+
     dispatch[set] = _save_set
     dispatch[frozenset] = _save_set
+    dispatch[str] = _save_text
+    dispatch[bytes] = _save_text
 
     def persistent_id(self, obj: Any) -> Any:
         if _plain_tensor(obj):
