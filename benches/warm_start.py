@@ -54,6 +54,18 @@ def child(args: argparse.Namespace) -> None:
         import precompile
 
         cache = precompile.install(args.store_dir, save_on_exit=False)
+        # Time spent in the store's own lookup, verify and unpickle.
+        load = cache.load
+        spent = [0.0]
+
+        def timed_load(fn):  # type: ignore[no-untyped-def]
+            t = time.perf_counter()
+            try:
+                return load(fn)
+            finally:
+                spent[0] += time.perf_counter() - t
+
+        cache.load = timed_load  # type: ignore[method-assign]
     out: dict = {}
     if args.model == "shared":
         sys.path.insert(0, args.work)
@@ -76,6 +88,8 @@ def child(args: argparse.Namespace) -> None:
             if args.device == "cuda":
                 torch.cuda.synchronize()
     out["first_call_s"] = time.perf_counter() - start
+    if args.store == "precompile":
+        out["store_load_s"] = spent[0]
     if args.phase == "cold":
         if args.store == "precompile":
             precompile.save()
@@ -136,6 +150,7 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dic
         "fresh": statistics.median(r["first_call_s"] for r in fresh),
         "bytes": _du(store_dir),
         "overhead_ms": statistics.median(r.get("entry_overhead_ms", float("nan")) for r in warm),
+        "fresh_store_load_s": statistics.median(r.get("store_load_s", float("nan")) for r in fresh),
         "fresh_counters": fresh[-1]["counters"],
     }
 
@@ -185,6 +200,7 @@ def print_table(results: dict, args: argparse.Namespace) -> None:
             ratio = t[key] / p[key] if p[key] else float("inf")
             fmt = "{:>12.0f}" if key == "bytes" else "{:>12.3f}"
             print(f"{label:<12}{title:<22}" + fmt.format(t[key]) + fmt.format(p[key]) + f"{ratio:>11.1f}x")
+        print(f"{label:<12}{'  of which store s':<22}{'':>12}{p['fresh_store_load_s']:>12.3f}")
         if model != "shared":
             print(f"{label:<12}{'store overhead ms':<22}{'':>12}{p['overhead_ms']:>12.3f}")
     print()

@@ -91,7 +91,9 @@ def forward_only():
 
 def cuda_transformer():
     layer = torch.nn.TransformerEncoderLayer(64, 4, 256, batch_first=True, dropout=0.0)
-    model = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).cuda().eval()
+    # Train mode (dropout 0) keeps the fused inference op out, so Inductor
+    # generates Triton kernels for the layers.
+    model = torch.nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).cuda().train()
     fn = torch.compile(model)
     with torch.no_grad():
         out = fn(torch.randn(4, 16, 64, device="cuda"))
