@@ -129,4 +129,24 @@ def test_bytes_do_not_depend_on_object_identity() -> None:
     assert pickling.dumps(a)[0] == pickling.dumps(b)[0]
     assert pickling.loads(pickling.dumps(b)[0]) == a
     big = "x" * (1 << 17)
-    assert pickling.loads(pickling.dumps([big, big.encode()])[0]) == [big, big.encode()]
+    assert pickling.loads(*pickling.dumps([big, big.encode()])) == [big, big.encode()]
+
+
+def test_short_texts_repeat_as_back_references() -> None:
+    words = ["token_" + str(i % 7) for i in range(500)]
+    copies = ["".join(["token_", str(i % 7)]) for i in range(500)]
+    record, _ = pickling.dumps(words)
+    assert record == pickling.dumps(copies)[0]
+    assert len(record) < 500 * 4
+    assert pickling.loads(record) == words
+
+
+def test_equal_long_texts_are_written_once() -> None:
+    text = "def f():\n    return 1\n" * 5000
+    copies = [text[:], "".join([text[: len(text) // 2], text[len(text) // 2 :]])]
+    assert copies[0] is text and copies[1] is not text
+    record, parts = pickling.dumps({"a": copies[0], "b": copies[1], "c": text.encode(), "d": bytes(text.encode())})
+    # Long texts leave the pickle as parts, one per distinct value.
+    assert len(parts) == 2 and len(record) < 1024
+    back = pickling.loads(record, parts)
+    assert back["a"] == back["b"] == text and back["c"] == back["d"] == text.encode()

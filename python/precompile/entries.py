@@ -77,7 +77,7 @@ def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> dict[str, Any]:
         # torch's own pickling, still deduplicated by content.
         ref = put_pickled(store, artifact)
         memo[id(artifact)] = store.put_manifest(
-            sorted({ref["record"], *ref["tensors"]}), {"kind": PICKLED_KIND, "artifact": ref}
+            sorted({ref["record"], *ref["parts"]}), {"kind": PICKLED_KIND, "artifact": ref}
         )
     return {"manifest": memo[id(artifact)], "binding": None}
 
@@ -107,7 +107,7 @@ def put_entry(
         "backends": backends,
         "isa": isa,
     }
-    children = {dynamo["record"], *dynamo["tensors"], *(d for _, d in isa)}
+    children = {dynamo["record"], *dynamo["parts"], *(d for _, d in isa)}
     for record in backends.values():
         children.add(record["manifest"])
         if record["binding"] is not None:

@@ -39,7 +39,7 @@ def _reduce(gm: torch.fx.GraphModule) -> tuple[Any, tuple[Any, ...]]:
 
 
 def serialize_graph_module(gm: torch.fx.GraphModule) -> tuple[bytes, list[bytes]]:
-    """Encode `gm`; returns the module record and the encoded tensors it uses.
+    """Encode `gm`; returns the module record and its out-of-band parts.
 
     Clears the metadata of `gm` and its nodes, as torch's own
     `serialize_graph_module` does.
@@ -49,10 +49,10 @@ def serialize_graph_module(gm: torch.fx.GraphModule) -> tuple[bytes, list[bytes]
 
 
 def deserialize_graph_module(
-    record: Any, tensors: Sequence[Any] = ()
+    record: Any, parts: Sequence[Any] = ()
 ) -> torch.fx.GraphModule:
     """Rebuild the GraphModule `serialize_graph_module` encoded."""
-    return serialized_from_bytes(record, tensors).deserialize()
+    return serialized_from_bytes(record, parts).deserialize()
 
 
 def serialized_to_bytes(serialized: SerializedGraphModule) -> tuple[bytes, list[bytes]]:
@@ -61,14 +61,14 @@ def serialized_to_bytes(serialized: SerializedGraphModule) -> tuple[bytes, list[
 
 
 def serialized_from_bytes(
-    record: Any, tensors: Sequence[Any] = ()
+    record: Any, parts: Sequence[Any] = ()
 ) -> SerializedGraphModule:
     """Rebuild a `SerializedGraphModule` without tracing its code yet.
 
     torch only turns it into a module when compiled autograd asks for it, so
     loading stays cheap.
     """
-    magic, fn, args = pickling.loads(record, tensors)
+    magic, fn, args = pickling.loads(record, parts)
     if magic != _MAGIC:
         raise ValueError(f"not a serialized graph module (found {magic!r})")
     out = SerializedGraphModule.__new__(SerializedGraphModule)

@@ -8,9 +8,11 @@ pickle falls short of that in two ways that matter for torch objects:
 - tensors pickle through `torch.save`, whose archive carries a random
   serialization id.
 
-`dumps` sorts set members and moves each tensor into a blob of its own (raw
-bytes behind a small JSON header), which also lets equal constants shared by
-different graphs be stored once.
+`dumps` sorts set members and moves each tensor into a part of its own (raw
+bytes behind a small JSON header), as it does with long strings and bytes
+(the module sources a Dynamo entry holds, for one). Parts are stored as
+blobs, so equal constants and texts shared by different graphs and entries
+are stored once.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ __all__ = ["dumps", "loads", "encode_tensor", "decode_tensor"]
 
 _PROTOCOL = 4
 _TENSOR_MAGIC = b"precompile-tensor\n"
+# Texts at least this long become parts of their own, shared by content.
+_OUT_OF_BAND = 8 * 1024
 
 
 def encode_tensor(t: torch.Tensor) -> bytes:
@@ -100,10 +104,11 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
     # source text are kept out of the pickle.
     dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
 
-    def __init__(self, file: io.BytesIO, tensors: list[bytes]) -> None:
+    def __init__(self, file: io.BytesIO, parts: list[bytes]) -> None:
         super().__init__(file, protocol=_PROTOCOL)
-        self._tensors = tensors
-        self._seen: dict[int, int] = {}
+        self._parts = parts
+        self._seen: dict[Any, int] = {}
+        self._by_value: dict[tuple[type, str | bytes], int] = {}
 
     def _save_set(self, obj: Any) -> None:
         self.save_reduce(type(obj), (sorted(obj, key=_sort_key),), obj=obj)
@@ -111,9 +116,15 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
     # Pickle memoizes by object identity, so two equal strings write
     # differently depending on whether they happen to be one object (a
     # back-reference) or two (the text again). Strings and bytes are
-    # immutable, so writing each occurrence in full loses nothing and makes
-    # the bytes depend on values only.
+    # immutable, so they are memoized by value instead: the bytes depend on
+    # values only, and a long text (a module's source, which Dynamo entries
+    # hold once per inlined function) is still written once.
     def _save_text(self, obj: str | bytes) -> None:
+        key = (type(obj), obj)
+        index = self._by_value.get(key)
+        if index is not None:
+            self.write(self.get(index))
+            return
         if isinstance(obj, str):
             data = obj.encode("utf-8", "surrogatepass")
             short, mid, large = pickle.SHORT_BINUNICODE, pickle.BINUNICODE, pickle.BINUNICODE8
@@ -131,48 +142,65 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
             self._write_large_bytes(header, data)
         else:
             self.write(header + data)
+        self._by_value[key] = len(self.memo)
+        self.memoize(obj)
 
     dispatch[set] = _save_set
     dispatch[frozenset] = _save_set
     dispatch[str] = _save_text
     dispatch[bytes] = _save_text
 
+    def _part(self, key: Any, encode: Any) -> int:
+        index = self._seen.get(key)
+        if index is None:
+            index = len(self._parts)
+            self._parts.append(encode())
+            self._seen[key] = index
+        return index
+
     def persistent_id(self, obj: Any) -> Any:
         if _plain_tensor(obj):
-            index = self._seen.get(id(obj))
-            if index is None:
-                index = len(self._tensors)
-                self._tensors.append(encode_tensor(obj))
-                self._seen[id(obj)] = index
-            return ("tensor", index)
+            return ("tensor", self._part(id(obj), lambda: encode_tensor(obj)))
+        kind = type(obj)
+        if (kind is str or kind is bytes) and len(obj) >= _OUT_OF_BAND:
+            data = obj.encode("utf-8", "surrogatepass") if kind is str else obj
+            return (kind.__name__, self._part((kind, obj), lambda: data))
         return None
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, tensors: Sequence[Any]) -> None:
+    def __init__(self, file: io.BytesIO, parts: Sequence[Any]) -> None:
         super().__init__(file)
-        self._tensors = tensors
-        self._decoded: dict[int, torch.Tensor] = {}
+        self._parts = parts
+        self._decoded: dict[int, Any] = {}
 
     def persistent_load(self, pid: Any) -> Any:
-        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "tensor"):
+        if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] in _DECODERS):
             raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-        index = pid[1]
-        if not isinstance(index, int) or not 0 <= index < len(self._tensors):
-            raise pickle.UnpicklingError(f"tensor index {index!r} out of range")
+        kind, index = pid
+        if not isinstance(index, int) or not 0 <= index < len(self._parts):
+            raise pickle.UnpicklingError(f"part index {index!r} out of range")
         if index not in self._decoded:
-            self._decoded[index] = decode_tensor(self._tensors[index])
+            self._decoded[index] = _DECODERS[kind](self._parts[index])
         return self._decoded[index]
 
 
+_DECODERS = {
+    "tensor": decode_tensor,
+    "str": lambda blob: bytes(blob).decode("utf-8", "surrogatepass"),
+    "bytes": bytes,
+}
+
+
 def dumps(obj: Any) -> tuple[bytes, list[bytes]]:
-    """Pickle `obj`; returns the pickle and the encoded tensors it refers to."""
+    """Pickle `obj`; returns the pickle and the parts (tensors, long texts)
+    it refers to."""
     buf = io.BytesIO()
-    tensors: list[bytes] = []
-    _Pickler(buf, tensors).dump(obj)
-    return buf.getvalue(), tensors
+    parts: list[bytes] = []
+    _Pickler(buf, parts).dump(obj)
+    return buf.getvalue(), parts
 
 
-def loads(data: Any, tensors: Sequence[Any] = ()) -> Any:
-    """Unpickle what `dumps` produced; `tensors` are the blobs in its order."""
-    return _Unpickler(io.BytesIO(memoryview(data)), tensors).load()
+def loads(data: Any, parts: Sequence[Any] = ()) -> Any:
+    """Unpickle what `dumps` produced; `parts` are its parts, in order."""
+    return _Unpickler(io.BytesIO(memoryview(data)), parts).load()

@@ -80,18 +80,18 @@ def read_manifest(store: Any, digest: str) -> tuple[list[str], dict[str, Any]]:
 
 
 def put_pickled(store: Any, obj: Any) -> dict[str, Any]:
-    """Store `obj` as a deterministic pickle plus tensor blobs."""
-    record, tensors = pickling.dumps(obj)
-    return {"record": store.put(record), "tensors": [store.put(t) for t in tensors]}
+    """Store `obj` as a deterministic pickle plus its out-of-band parts."""
+    record, parts = pickling.dumps(obj)
+    return {"record": store.put(record), "parts": [store.put(p) for p in parts]}
 
 
 def fetch_pickled(store: Any, ref: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The verified blobs behind a `put_pickled` reference."""
-    return store.get(ref["record"]), [store.get(d) for d in ref["tensors"]]
+    return store.get(ref["record"]), [store.get(d) for d in ref["parts"]]
 
 
 def _pickled_children(ref: dict[str, Any] | None) -> list[str]:
-    return [] if ref is None else [ref["record"], *ref["tensors"]]
+    return [] if ref is None else [ref["record"], *ref["parts"]]
 
 
 def _put_fields(
@@ -127,7 +127,7 @@ class StoredGraph:
 
     digest: str
     skeleton: Any
-    tensors: list[Any]
+    parts: list[Any]
     fields: dict[str, Any]
     triton: list[tuple[str, int, list[tuple[str, Any]]]]
     static_autotuners: tuple[Any, list[Any]] | None
@@ -191,7 +191,7 @@ class StoredGraph:
         _, meta = read_manifest(store, digest)
         if meta.get("kind") != GRAPH_KIND:
             raise ValueError(f"{digest} is not a stored graph")
-        skeleton, tensors = fetch_pickled(store, meta["skeleton"])
+        skeleton, parts = fetch_pickled(store, meta["skeleton"])
         triton = []
         for kernel in meta["triton"]:
             files = [
@@ -204,7 +204,7 @@ class StoredGraph:
         return cls(
             digest=digest,
             skeleton=skeleton,
-            tensors=tensors,
+            parts=parts,
             fields={name: store.get(d) for name, d in meta["fields"].items()},
             triton=triton,
             static_autotuners=None if static is None else fetch_pickled(store, static),
@@ -222,7 +222,7 @@ class StoredGraph:
 
     def materialize(self) -> CompiledFxGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""
-        graph = pickling.loads(self.skeleton, self.tensors)
+        graph = pickling.loads(self.skeleton, self.parts)
         _restore_fields(graph, self.fields, _GRAPH_JSON_FIELDS)
         if self.triton or self.static_autotuners is not None:
             statics = []
@@ -267,7 +267,7 @@ class StoredBackend:
 
     digest: str
     skeleton: Any
-    tensors: list[Any]
+    parts: list[Any]
     forward: StoredGraph
     backward: StoredGraph | None
     bw_module: tuple[Any, list[Any]] | None
@@ -283,8 +283,8 @@ class StoredBackend:
             bw = StoredGraph.put(store, result.compiled_bw.result)
         bw_module = None
         if result.serialized_bw_module is not None:
-            record, tensors = graph_codec.serialized_to_bytes(result.serialized_bw_module)
-            bw_module = {"record": store.put(record), "tensors": [store.put(t) for t in tensors]}
+            record, parts = graph_codec.serialized_to_bytes(result.serialized_bw_module)
+            bw_module = {"record": store.put(record), "parts": [store.put(p) for p in parts]}
 
         skeleton = copy.copy(result)
         skeleton.compiled_fw = copy.copy(result.compiled_fw)
@@ -323,12 +323,12 @@ class StoredBackend:
         _, meta = read_manifest(store, digest)
         if meta.get("kind") != BACKEND_KIND:
             raise ValueError(f"{digest} is not a stored AOTAutograd result")
-        skeleton, tensors = fetch_pickled(store, meta["skeleton"])
+        skeleton, parts = fetch_pickled(store, meta["skeleton"])
         bw_module = meta.get("bw_module")
         return cls(
             digest=digest,
             skeleton=skeleton,
-            tensors=tensors,
+            parts=parts,
             forward=StoredGraph.fetch(store, meta["forward"]),
             backward=None if meta["backward"] is None else StoredGraph.fetch(store, meta["backward"]),
             bw_module=None if bw_module is None else fetch_pickled(store, bw_module),
@@ -354,7 +354,7 @@ class StoredBackend:
 
     def materialize(self) -> BundledAOTAutogradResult:
         """A fresh `BundledAOTAutogradResult`, as torch recorded it."""
-        result = pickling.loads(self.skeleton, self.tensors)
+        result = pickling.loads(self.skeleton, self.parts)
         _restore_fields(result, self.fields)
         if self.aot_id is not None and hasattr(result.sanitized_aot_config, "aot_id"):
             result.sanitized_aot_config.aot_id = self.aot_id
