@@ -1,0 +1,121 @@
+"""The DynamoCache surface: install, read, load, clear, and failures as misses."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import precompile
+from warm_start import SCENARIO, run_scenario
+
+torch = pytest.importorskip("torch")
+import torch._dynamo.package as dynamo_package  # noqa: E402
+import torch._dynamo.precompile_context as precompile_context  # noqa: E402
+from torch._dynamo.precompile_context import PrecompileContext  # noqa: E402
+from torch._dynamo.utils import counters  # noqa: E402
+
+from precompile.artifacts import StoredBackendArtifact  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def compiled_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("compiled")
+    a = run_scenario("inference", "compile", work / "store", work)
+    return work / "store", a
+
+
+def _scenario_module():
+    spec = importlib.util.spec_from_file_location("scenario_under_test", SCENARIO)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_install_replaces_both_names_and_uninstall_restores(tmp_path: Path) -> None:
+    original = dynamo_package.DynamoCache
+    flag = torch._dynamo.config.caching_precompile
+    with precompile.installed(tmp_path / "s", save_on_exit=False) as cache:
+        assert dynamo_package.DynamoCache is cache
+        assert precompile_context.DynamoCache is cache
+        assert torch._dynamo.config.caching_precompile is True
+        assert cache.path_prefix() == str((tmp_path / "s").resolve())
+        again = precompile.install(tmp_path / "t", save_on_exit=False)
+        assert dynamo_package.DynamoCache is again
+    assert dynamo_package.DynamoCache is original
+    assert precompile_context.DynamoCache is original
+    assert torch._dynamo.config.caching_precompile == flag
+
+
+def test_save_without_install_is_a_clear_error() -> None:
+    with pytest.raises(RuntimeError, match="not installed"):
+        precompile.save()
+
+
+def test_read_and_load_cache_entry(compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch) -> None:
+    store, a = compiled_store
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    (key,) = a["report"]["entries"]
+    PrecompileContext.clear()
+    with precompile.installed(store, save_on_exit=False) as cache:
+        entry = cache.read(key)
+        assert entry.dynamo.fn_name == "MLP.forward"
+        (artifact,) = entry.backends.values()
+        assert isinstance(artifact, StoredBackendArtifact)
+        with pytest.raises(RuntimeError, match="No package found"):
+            cache.read("0" * 64)
+        loaded = cache.load_cache_entry(key)
+        (bid,) = loaded.backends
+        assert PrecompileContext.serialize_artifact_by_key(bid) is not None
+        # The C++ kernel libraries are in place for Inductor's loader.
+        assert list((tmp_path / "inductor").rglob("*.so"))
+    PrecompileContext.clear()
+
+
+def test_load_counts_hits_and_misses(compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch) -> None:
+    store, _ = compiled_store
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    scenario = _scenario_module()
+    counters.clear()
+    with precompile.installed(store, save_on_exit=False) as cache:
+        assert cache.load(scenario.MLP.forward) is not None
+        assert cache.load(scenario._scale) is None
+    assert counters["dynamo_cache"]["dynamo_cache_hit"] == 1
+    assert counters["dynamo_cache"]["dynamo_cache_miss"] == 1
+    PrecompileContext.clear()
+
+
+def test_truncated_object_is_a_miss_with_a_warning(compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch) -> None:
+    store, a = compiled_store
+    copy = tmp_path / "store"
+    import shutil
+
+    shutil.copytree(store, copy)
+    s = precompile.Store(str(copy))
+    (entry,) = a["report"]["entries"].values()
+    _, meta = s.get_manifest(entry)
+    victim = Path(s.object_path(meta["dynamo"]["record"]))
+    victim.chmod(0o644)
+    victim.write_bytes(victim.read_bytes()[:-7])
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    scenario = _scenario_module()
+    counters.clear()
+    with precompile.installed(copy, save_on_exit=False) as cache:
+        with pytest.warns(precompile.PrecompileWarning, match="could not be loaded"):
+            assert cache.load(scenario.MLP.forward) is None
+    assert counters["dynamo_cache"]["dynamo_cache_error"] == 1
+
+
+def test_clear_forgets_entries(compiled_store: tuple[Path, dict], tmp_path: Path) -> None:
+    import shutil
+
+    store, _ = compiled_store
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    with precompile.installed(copy, save_on_exit=False) as cache:
+        assert cache.store.refs("dynamo/")
+        cache.clear()
+        assert cache.store.refs("dynamo/") == []
