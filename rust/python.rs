@@ -349,6 +349,17 @@ impl PyStore {
         })
     }
 
+    /// Maps several objects at once (in parallel when there are many), each
+    /// verified unless opened with verify=False; in the order given.
+    fn get_many(&self, py: Python<'_>, digests: Vec<String>) -> PyResult<Vec<PyBlob>> {
+        let digests = digests
+            .iter()
+            .map(|d| parse_digest(d))
+            .collect::<PyResult<Vec<_>>>()?;
+        let blobs = py.detach(|| self.inner.get_many(&digests))?;
+        Ok(blobs.into_iter().map(|blob| PyBlob { blob }).collect())
+    }
+
     /// Whether the object named `digest` is stored.
     fn contains(&self, py: Python<'_>, digest: &str) -> PyResult<bool> {
         let digest = parse_digest(digest)?;

@@ -162,6 +162,10 @@ class Store:
     def get(self, digest: str) -> Blob:
         """Maps the object named `digest` (verified unless opened with verify=False)."""
 
+    def get_many(self, digests: list[str]) -> list[Blob]:
+        """Maps several objects at once (in parallel when there are many), each
+        verified unless opened with verify=False; in the order given."""
+
     def contains(self, digest: str) -> bool:
         """Whether the object named `digest` is stored."""
 

@@ -24,7 +24,9 @@ from .results import (
     PICKLED_KIND,
     StoredBackend,
     binding_children,
-    fetch_pickled,
+    get_many,
+    load_pickled,
+    pickled_children,
     put_binding,
     put_pickled,
     read_manifest,
@@ -117,27 +119,12 @@ def put_entry(
     return digest
 
 
-def _fetch_backend(store: Any, bid: str, record: dict[str, Any], cache: dict[str, Any]) -> Any:
-    digest, binding = record["manifest"], record["binding"]
-    if digest not in cache:
-        _, meta = read_manifest(store, digest)
-        if meta.get("kind") == PICKLED_KIND:
-            cache[digest] = ("pickled", fetch_pickled(store, meta["artifact"]))
-        else:
-            cache[digest] = ("stored", StoredBackend.fetch(store, digest, binding))
-            return StoredBackendArtifact(bid, cache[digest][1])
-    kind, value = cache[digest]
-    if kind == "pickled":
-        return pickling.loads(*value)
-    return StoredBackendArtifact(bid, value.with_binding(store, binding))
-
-
 def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:
     """Read, verify and unpack an entry; places its kernel libraries.
 
-    Every blob the load path needs is read (and so verified) before any of
-    them is unpickled: a corrupt or missing object raises here, never later
-    inside torch.
+    The manifests are read first; then every blob the load path needs is
+    read (and so verified) in one batch, before any of them is unpickled: a
+    corrupt or missing object raises here, never later inside torch.
     """
     _, meta = read_manifest(store, digest)
     if meta.get("kind") != ENTRY_KIND:
@@ -146,18 +133,38 @@ def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:
         raise ValueError(f"entry format {meta.get('format')!r} is not supported")
     if meta.get("torch") != TORCH_VERSION:
         raise ValueError(f"entry was saved by torch {meta.get('torch')}, this is {TORCH_VERSION}")
-    dynamo_blobs = fetch_pickled(store, meta["dynamo"])
-    isa = [(kernels.validate_library_path(rel), store.get(d)) for rel, d in meta["isa"]]
-    fetched: dict[str, Any] = {}
-    backends = {
-        bid: _fetch_backend(store, bid, d, fetched) for bid, d in meta["backends"].items()
-    }
-    dynamo = pickling.loads(*dynamo_blobs)
+    isa = [(kernels.validate_library_path(rel), d) for rel, d in meta["isa"]]
+    blobs: dict[str, Any] = {}
+    needed = pickled_children(meta["dynamo"]) + [d for _, d in isa]
+    # Backend manifests by digest: a backend several codes use is read once.
+    stored: dict[str, Any] = {}
+    for record in meta["backends"].values():
+        manifest, binding = record["manifest"], record["binding"]
+        if manifest not in stored:
+            _, backend = read_manifest(store, manifest)
+            if backend.get("kind") == PICKLED_KIND:
+                stored[manifest] = backend["artifact"]
+                needed += pickled_children(backend["artifact"])
+            else:
+                stored[manifest] = StoredBackend.read(store, manifest, binding, blobs)
+                needed += stored[manifest].needed()
+        if binding is not None:
+            needed += binding_children(binding)
+    blobs.update(get_many(store, needed))
+
+    backends = {}
+    for bid, record in meta["backends"].items():
+        held = stored[record["manifest"]]
+        if isinstance(held, StoredBackend):
+            backends[bid] = StoredBackendArtifact(bid, held.with_binding(record["binding"]))
+        else:
+            backends[bid] = load_pickled(held, blobs)
+    dynamo = load_pickled(meta["dynamo"], blobs)
     cache_dir = inductor_cache_dir()
-    for rel, blob in isa:
-        kernels.place_library(cache_dir, rel, blob)
+    for rel, d in isa:
+        kernels.place_library(cache_dir, rel, blobs[d])
         kernels.mark_probe_loaded(cache_dir, rel)
-    for kind, value in fetched.values():
-        if kind == "stored":
-            value.place_libraries(cache_dir)
+    for held in stored.values():
+        if isinstance(held, StoredBackend):
+            held.place_libraries(cache_dir)
     return PrecompileCacheEntry(dynamo=dynamo, backends=backends)

@@ -50,6 +50,23 @@ class LayeredStore:
                 return layer.get(digest)
         raise MissingObjectError(f"object {digest} is in no layer")
 
+    def get_many(self, digests: list[str]) -> list[Any]:
+        # One batch per layer, in the order asked for.
+        out: list[Any] = [None] * len(digests)
+        pending = list(range(len(digests)))
+        for layer in self._all:
+            here = [i for i in pending if layer.contains(digests[i])]
+            if here:
+                batch = getattr(layer, "get_many", None)
+                wanted = [digests[i] for i in here]
+                got = batch(wanted) if batch is not None else [layer.get(d) for d in wanted]
+                for i, blob in zip(here, got):
+                    out[i] = blob
+                pending = [i for i in pending if out[i] is None]
+        if pending:
+            raise MissingObjectError(f"object {digests[pending[0]]} is in no layer")
+        return out
+
     def get_manifest(self, digest: str) -> Any:
         for layer in self._all:
             if layer.contains(digest):

@@ -17,8 +17,9 @@ zeroed: they feed logs, and keeping them would make every compile unique.
 Equal parts therefore hash equal and are stored once, across graphs,
 recompiles, functions and models.
 
-Fetching reads and verifies every blob the load path needs before anything
-is unpickled; materializing rebuilds the exact torch objects.
+Reading an entry takes its manifests first, then every blob the load path
+needs in one batched, verified read, before anything is unpickled;
+materializing rebuilds the exact torch objects.
 """
 
 from __future__ import annotations
@@ -47,7 +48,9 @@ __all__ = [
     "StoredBackend",
     "StoredGraph",
     "binding_children",
-    "fetch_pickled",
+    "get_many",
+    "load_pickled",
+    "pickled_children",
     "put_binding",
     "put_pickled",
 ]
@@ -85,12 +88,21 @@ def put_pickled(store: Any, obj: Any) -> dict[str, Any]:
     return {"record": store.put(record), "parts": [store.put(p) for p in parts]}
 
 
-def fetch_pickled(store: Any, ref: dict[str, Any]) -> tuple[Any, list[Any]]:
-    """The verified blobs behind a `put_pickled` reference."""
-    return store.get(ref["record"]), [store.get(d) for d in ref["parts"]]
+def load_pickled(ref: dict[str, Any], blobs: dict[str, Any]) -> Any:
+    """Unpickle a `put_pickled` reference from blobs already read."""
+    return pickling.loads(blobs[ref["record"]], [blobs[d] for d in ref["parts"]])
 
 
-def _pickled_children(ref: dict[str, Any] | None) -> list[str]:
+def get_many(store: Any, digests: list[str]) -> dict[str, Any]:
+    """Read (and verify) `digests` in one batch where the store can."""
+    unique = list(dict.fromkeys(digests))
+    batch = getattr(store, "get_many", None)
+    blobs = batch(unique) if batch is not None else [store.get(d) for d in unique]
+    return dict(zip(unique, blobs))
+
+
+def pickled_children(ref: dict[str, Any] | None) -> list[str]:
+    """The blobs a `put_pickled` reference names."""
     return [] if ref is None else [ref["record"], *ref["parts"]]
 
 
@@ -123,15 +135,15 @@ def _zero(obj: Any, names: Sequence[str]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class StoredGraph:
-    """A `CompiledFxGraph` in store form, with its load-path blobs verified."""
+    """A `CompiledFxGraph` in store form: its manifest, and the blobs read for it.
+
+    `blobs` maps digests to verified blobs; it is shared by everything read
+    for one entry and filled by one batched read (see `entries.fetch_entry`).
+    """
 
     digest: str
-    skeleton: Any
-    parts: list[Any]
-    fields: dict[str, Any]
-    triton: list[tuple[str, int, list[tuple[str, Any]]]]
-    static_autotuners: tuple[Any, list[Any]] | None
-    libraries: list[tuple[str, Any, str, str]]
+    meta: dict[str, Any]
+    blobs: dict[str, Any]
 
     @staticmethod
     def put(store: Any, graph: CompiledFxGraph) -> str:
@@ -168,13 +180,13 @@ class StoredGraph:
         _zero(skeleton, _GRAPH_TIME_FIELDS)
         skel_ref = put_pickled(store, skeleton)
 
-        children = _pickled_children(skel_ref) + list(fields.values())
+        children = pickled_children(skel_ref) + list(fields.values())
         for kernel in triton_meta:
             for _, digest, load_digest in kernel["files"]:
                 children.append(digest)
                 if load_digest is not None:
                     children.append(load_digest)
-        children += _pickled_children(static_ref) + [lib[1] for lib in libraries]
+        children += pickled_children(static_ref) + [lib[1] for lib in libraries]
         meta = {
             "kind": GRAPH_KIND,
             "skeleton": skel_ref,
@@ -186,58 +198,51 @@ class StoredGraph:
         return store.put_manifest(sorted(set(children)), meta)
 
     @classmethod
-    def fetch(cls, store: Any, digest: str) -> StoredGraph:
-        """Read and verify what loading `digest` needs; IR files are not read."""
+    def read(cls, store: Any, digest: str, blobs: dict[str, Any]) -> StoredGraph:
+        """Read and check the manifest; the blobs come later, in one batch."""
         _, meta = read_manifest(store, digest)
         if meta.get("kind") != GRAPH_KIND:
             raise ValueError(f"{digest} is not a stored graph")
-        skeleton, parts = fetch_pickled(store, meta["skeleton"])
-        triton = []
+        for lib in meta["libraries"]:
+            kernels.validate_library_path(lib[0])
+        return cls(digest=digest, meta=meta, blobs=blobs)
+
+    def needed(self) -> list[str]:
+        """What loading reads: everything but the Triton IR."""
+        meta = self.meta
+        out = pickled_children(meta["skeleton"]) + list(meta["fields"].values())
         for kernel in meta["triton"]:
-            files = [
-                (name, store.get(load_digest))
-                for name, _, load_digest in kernel["files"]
-                if load_digest is not None
-            ]
-            triton.append((kernel["hash"], int(kernel["device"]), files))
-        static = meta.get("static_autotuners")
-        return cls(
-            digest=digest,
-            skeleton=skeleton,
-            parts=parts,
-            fields={name: store.get(d) for name, d in meta["fields"].items()},
-            triton=triton,
-            static_autotuners=None if static is None else fetch_pickled(store, static),
-            libraries=[
-                (kernels.validate_library_path(rel), store.get(d), key, cache_class)
-                for rel, d, key, cache_class in meta["libraries"]
-            ],
-        )
+            out += [load for _, _, load in kernel["files"] if load is not None]
+        out += pickled_children(meta.get("static_autotuners"))
+        return out + [lib[1] for lib in meta["libraries"]]
 
     def place_libraries(self, cache_dir: str) -> None:
         """Put the C++ kernel libraries where Inductor's loader finds them."""
-        for rel, blob, key, cache_class in self.libraries:
-            kernels.place_library(cache_dir, rel, blob)
+        for rel, digest, key, cache_class in self.meta["libraries"]:
+            kernels.place_library(cache_dir, rel, self.blobs[digest])
             register_library(cache_class, key, os.path.join(cache_dir, rel))
 
     def materialize(self) -> CompiledFxGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""
-        graph = pickling.loads(self.skeleton, self.parts)
-        _restore_fields(graph, self.fields, _GRAPH_JSON_FIELDS)
-        if self.triton or self.static_autotuners is not None:
-            statics = []
-            if self.static_autotuners is not None:
-                statics = pickling.loads(*self.static_autotuners)
+        meta, blobs = self.meta, self.blobs
+        graph = load_pickled(meta["skeleton"], blobs)
+        _restore_fields(graph, {n: blobs[d] for n, d in meta["fields"].items()}, _GRAPH_JSON_FIELDS)
+        static = meta.get("static_autotuners")
+        if meta["triton"] or static is not None:
             graph._triton_bundle = TritonBundle(
                 kernel_artifacts=[
                     TritonKernelArtifacts(
-                        kernel_hash=h,
-                        device=device,
-                        artifacts=[TritonKernelArtifact(name, bytes(b)) for name, b in files],
+                        kernel_hash=kernel["hash"],
+                        device=int(kernel["device"]),
+                        artifacts=[
+                            TritonKernelArtifact(name, bytes(blobs[load]))
+                            for name, _, load in kernel["files"]
+                            if load is not None
+                        ],
                     )
-                    for h, device, files in self.triton
+                    for kernel in meta["triton"]
                 ],
-                static_autotuners=statics,
+                static_autotuners=[] if static is None else load_pickled(static, blobs),
             )
         return graph
 
@@ -263,16 +268,14 @@ def binding_children(binding: dict[str, Any]) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class StoredBackend:
-    """A `BundledAOTAutogradResult` in store form, with its blobs verified."""
+    """A `BundledAOTAutogradResult` in store form, as used once (its binding)."""
 
     digest: str
-    skeleton: Any
-    parts: list[Any]
+    meta: dict[str, Any]
     forward: StoredGraph
     backward: StoredGraph | None
-    bw_module: tuple[Any, list[Any]] | None
-    aot_id: int | None
-    fields: dict[str, Any]
+    binding: dict[str, Any]
+    blobs: dict[str, Any]
 
     @staticmethod
     def put(store: Any, result: BundledAOTAutogradResult) -> str:
@@ -306,8 +309,8 @@ class StoredBackend:
         _zero(skeleton, _BACKEND_TIME_FIELDS)
         skel_ref = put_pickled(store, skeleton)
 
-        children = _pickled_children(skel_ref) + [fw] + ([bw] if bw else [])
-        children += _pickled_children(bw_module)
+        children = pickled_children(skel_ref) + [fw] + ([bw] if bw else [])
+        children += pickled_children(bw_module)
         meta = {
             "kind": BACKEND_KIND,
             "skeleton": skel_ref,
@@ -318,34 +321,35 @@ class StoredBackend:
         return store.put_manifest(sorted(set(children)), meta)
 
     @classmethod
-    def fetch(cls, store: Any, digest: str, binding: dict[str, Any]) -> StoredBackend:
-        """Read and verify everything loading this backend in one use needs."""
+    def read(
+        cls, store: Any, digest: str, binding: dict[str, Any], blobs: dict[str, Any]
+    ) -> StoredBackend:
+        """Read and check the manifests; the blobs come later, in one batch."""
         _, meta = read_manifest(store, digest)
         if meta.get("kind") != BACKEND_KIND:
             raise ValueError(f"{digest} is not a stored AOTAutograd result")
-        skeleton, parts = fetch_pickled(store, meta["skeleton"])
-        bw_module = meta.get("bw_module")
+        backward = meta["backward"]
         return cls(
             digest=digest,
-            skeleton=skeleton,
-            parts=parts,
-            forward=StoredGraph.fetch(store, meta["forward"]),
-            backward=None if meta["backward"] is None else StoredGraph.fetch(store, meta["backward"]),
-            bw_module=None if bw_module is None else fetch_pickled(store, bw_module),
-            aot_id=binding.get("aot_id"),
-            fields={name: store.get(d) for name, d in binding.get("fields", {}).items()},
+            meta=meta,
+            forward=StoredGraph.read(store, meta["forward"], blobs),
+            backward=None if backward is None else StoredGraph.read(store, backward, blobs),
+            binding=binding,
+            blobs=blobs,
         )
 
-    def with_binding(self, store: Any, binding: dict[str, Any]) -> StoredBackend:
+    def needed(self) -> list[str]:
+        """What loading reads, for this use and its graphs."""
+        out = pickled_children(self.meta["skeleton"]) + pickled_children(self.meta["bw_module"])
+        out += binding_children(self.binding) + self.forward.needed()
+        return out + (self.backward.needed() if self.backward is not None else [])
+
+    def with_binding(self, binding: dict[str, Any]) -> StoredBackend:
         """The same backend as used elsewhere: shares everything but the binding."""
-        return dataclasses.replace(
-            self,
-            aot_id=binding.get("aot_id"),
-            fields={name: store.get(d) for name, d in binding.get("fields", {}).items()},
-        )
+        return dataclasses.replace(self, binding=binding)
 
     def binding_meta(self) -> dict[str, Any]:
-        return {"aot_id": self.aot_id, "fields": {n: b.digest for n, b in self.fields.items()}}
+        return self.binding
 
     def place_libraries(self, cache_dir: str) -> None:
         self.forward.place_libraries(cache_dir)
@@ -354,13 +358,18 @@ class StoredBackend:
 
     def materialize(self) -> BundledAOTAutogradResult:
         """A fresh `BundledAOTAutogradResult`, as torch recorded it."""
-        result = pickling.loads(self.skeleton, self.parts)
-        _restore_fields(result, self.fields)
-        if self.aot_id is not None and hasattr(result.sanitized_aot_config, "aot_id"):
-            result.sanitized_aot_config.aot_id = self.aot_id
+        blobs = self.blobs
+        result = load_pickled(self.meta["skeleton"], blobs)
+        _restore_fields(result, {n: blobs[d] for n, d in self.binding["fields"].items()})
+        aot_id = self.binding.get("aot_id")
+        if aot_id is not None and hasattr(result.sanitized_aot_config, "aot_id"):
+            result.sanitized_aot_config.aot_id = aot_id
         result.compiled_fw.result = self.forward.materialize()
         if self.backward is not None:
             result.compiled_bw.result = self.backward.materialize()
-        if self.bw_module is not None:
-            result.serialized_bw_module = graph_codec.serialized_from_bytes(*self.bw_module)
+        bw_module = self.meta["bw_module"]
+        if bw_module is not None:
+            result.serialized_bw_module = graph_codec.serialized_from_bytes(
+                blobs[bw_module["record"]], [blobs[p] for p in bw_module["parts"]]
+            )
         return result

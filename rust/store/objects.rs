@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use memmap2::Mmap;
+use rayon::prelude::*;
 
 use crate::error::{Error, IoContext, Result};
 use crate::hash::{hash_bytes, hash_file, hash_open_file, Digest};
@@ -155,6 +156,22 @@ impl Store {
             return Err(Error::Corrupt { digest: *digest });
         }
         Ok(blob)
+    }
+
+    /// Maps and checks several objects, on all cores when there are enough
+    /// of them to pay for it; the result is in the order of `digests`.
+    ///
+    /// Why: loading one compiled entry reads dozens to hundreds of small
+    /// objects (kernel files, sources, pickles). One call keeps the per-object
+    /// cost to the syscalls and the hash, and spreads those over the pool.
+    /// The first missing or corrupt object fails the whole call.
+    pub fn get_many(&self, digests: &[Digest]) -> Result<Vec<Blob>> {
+        // Below this count the pool's hand-off costs more than it saves.
+        const PARALLEL_FROM: usize = 16;
+        if digests.len() < PARALLEL_FROM {
+            return digests.iter().map(|d| self.get(d)).collect();
+        }
+        crate::pool::install(|| digests.par_iter().map(|d| self.get(d)).collect())
     }
 
     /// Maps an object without verifying it.
