@@ -65,6 +65,22 @@ def test_read_and_load_cache_entry(compiled_store: tuple[Path, dict], tmp_path: 
         assert entry.dynamo.fn_name == "MLP.forward"
         (artifact,) = entry.backends.values()
         assert isinstance(artifact, StoredBackendArtifact)
+        # The exact torch objects come back, debug text included (stored
+        # compressed, since loading never reads it).
+        result = artifact.content
+        graph = result.compiled_fw.result
+        assert type(graph).__name__ == "CompiledFxGraph"
+        assert "def call" in graph.source_code
+        assert isinstance(graph._fx_graph_cache_debug_lines, list)
+        assert all(isinstance(line, str) for line in graph._fx_graph_cache_debug_lines)
+        assert isinstance(result.aot_forward_graph_str, str) and "class" in result.aot_forward_graph_str
+        s = precompile.Store(str(store))
+        _, backend = s.get_manifest(artifact.stored.digest)
+        _, gmeta = s.get_manifest(backend["forward"])
+        packed = Path(s.object_path(gmeta["fields"]["_fx_graph_cache_debug_lines"])).read_bytes()
+        assert packed.startswith(b"\x00precompile-zlib\x00")
+        source = Path(s.object_path(gmeta["fields"]["source_code"])).read_bytes()
+        assert source.decode() == graph.source_code
         with pytest.raises(RuntimeError, match="No package found"):
             cache.read("0" * 64)
         loaded = cache.load_cache_entry(key)

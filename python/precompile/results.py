@@ -28,6 +28,7 @@ import copy
 import dataclasses
 import json
 import os
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,6 +68,10 @@ _GRAPH_TEXT_FIELDS = (
     "inductor_provenance_stack_traces_str",
 )
 _GRAPH_JSON_FIELDS = ("_fx_graph_cache_debug_lines",)
+# Read on the load path as they are: everything else is a listing or debug
+# text, kept compressed (see `_pack`).
+_HOT_FIELDS = ("source_code",)
+_ZLIB_MAGIC = b"\x00precompile-zlib\x00"
 _GRAPH_TIME_FIELDS = ("_time_taken_ns",)
 _BACKEND_TEXT_FIELDS = (
     "aot_joint_graph_str",
@@ -106,24 +111,44 @@ def pickled_children(ref: dict[str, Any] | None) -> list[str]:
     return [] if ref is None else [ref["record"], *ref["parts"]]
 
 
+def _pack(data: bytes) -> bytes:
+    """Compress a blob that loading never reads, or reads only to keep.
+
+    Triton IR and PTX, graph listings and cache-key debug lines are most of a
+    GPU entry's bytes and compress several times over; the generated source
+    and the kernel binaries stay as they are, so the load path maps them
+    without decoding. The marker starts with NUL, which no text torch writes
+    does, so a packed blob is never mistaken for a plain one.
+    """
+    return _ZLIB_MAGIC + zlib.compress(data, 6)
+
+
+def _unpack(blob: Any) -> bytes:
+    raw = bytes(blob)
+    if raw.startswith(_ZLIB_MAGIC):
+        return zlib.decompress(raw[len(_ZLIB_MAGIC) :])
+    return raw
+
+
 def _put_fields(
     store: Any, obj: Any, text: Sequence[str], as_json: Sequence[str] = ()
 ) -> dict[str, str]:
     out = {}
-    for name in text:
+    for name in (*text, *as_json):
         value = getattr(obj, name, None)
-        if isinstance(value, str):
-            out[name] = store.put(value.encode())
-    for name in as_json:
-        value = getattr(obj, name, None)
-        if value is not None:
-            out[name] = store.put(json.dumps(value).encode())
+        if name in as_json and value is not None:
+            data = json.dumps(value).encode()
+        elif isinstance(value, str):
+            data = value.encode()
+        else:
+            continue
+        out[name] = store.put(data if name in _HOT_FIELDS else _pack(data))
     return out
 
 
 def _restore_fields(obj: Any, blobs: dict[str, Any], as_json: Sequence[str] = ()) -> None:
     for name, blob in blobs.items():
-        raw = bytes(blob)
+        raw = _unpack(blob)
         setattr(obj, name, json.loads(raw) if name in as_json else raw.decode())
 
 
@@ -155,12 +180,15 @@ class StoredGraph:
             for kernel in bundle.kernel_artifacts:
                 files = []
                 for artifact in kernel.artifacts:
-                    digest = store.put(artifact.payload)
                     load_digest = None
-                    if artifact.filename.startswith("__grp__"):
-                        load_digest = store.put(kernels.trim_group_file(artifact.payload))
-                    elif kernels.is_load_file(artifact.filename):
+                    if kernels.is_load_file(artifact.filename):
+                        digest = store.put(artifact.payload)
                         load_digest = digest
+                        if artifact.filename.startswith("__grp__"):
+                            load_digest = store.put(kernels.trim_group_file(artifact.payload))
+                    else:
+                        # IR, PTX and the kernel source: kept, never loaded.
+                        digest = store.put(_pack(artifact.payload))
                     files.append([artifact.filename, digest, load_digest])
                 triton_meta.append(
                     {"hash": kernel.kernel_hash, "device": kernel.device, "files": files}
