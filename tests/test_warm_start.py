@@ -124,3 +124,13 @@ def test_mega_cache_artifacts_populate_a_store(tmp_path: Path) -> None:
     _assert_same(a["outputs"], b["outputs"])
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
     assert precompile.Store(str(tmp_path / "store-b")).refs("dynamo/")
+
+
+def test_entries_are_saved_at_exit(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("graph_break", "compile-at-exit", store, tmp_path)
+    assert a["report"] is None  # nothing saved explicitly
+    assert precompile.Store(str(store)).refs("dynamo/")
+    b = run_scenario("graph_break", "load", store, tmp_path)
+    _assert_same(a["outputs"], b["outputs"])
+    _assert_compiled_nothing(b)

@@ -19,7 +19,13 @@ from typing import Any
 from ._torch_compat import PrecompileCacheEntry, PrecompileContext, counters
 from .entries import BackendMemo, put_entry
 
-__all__ = ["PrecompileWarning", "SaveReport", "create_cache_entries", "save_context"]
+__all__ = [
+    "PrecompileWarning",
+    "SaveReport",
+    "create_cache_entries",
+    "save_context",
+    "stitch",
+]
 
 
 class PrecompileWarning(UserWarning):
@@ -36,33 +42,45 @@ class SaveReport:
     missing_backends: int
 
 
-def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
-    """Stitch PrecompileContext's records; returns entries and missing count."""
+def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
+    """One Dynamo entry with the recorded backends it names.
+
+    A backend PrecompileContext never recorded is reported (a
+    PrecompileWarning and `counters["precompile"]["missing_backend"]`); its
+    code is kept without compiled graphs, so Dynamo compiles that code when
+    the entry is loaded, the outcome torch also chooses. Returns the entry and
+    how many backends were missing.
+    """
     backends = PrecompileContext._backend_artifacts_by_key
+    content: dict[Any, Any] = {}
+    missing_total = 0
+    for code in dynamo_entry.codes:
+        missing = [bid for bid in code.backend_ids if bid not in backends]
+        if missing:
+            missing_total += len(missing)
+            counters["precompile"]["missing_backend"] += len(missing)
+            warnings.warn(
+                PrecompileWarning(
+                    f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded "
+                    "(for a training graph: did backward run?); this code will "
+                    "compile again when loaded"
+                ),
+                stacklevel=3,
+            )
+            code.bypassed = True
+            continue
+        for bid in code.backend_ids:
+            content[bid] = backends[bid]
+    return PrecompileCacheEntry(dynamo=dynamo_entry, backends=content), missing_total
+
+
+def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
+    """Stitch all of PrecompileContext's records; returns entries and missing count."""
     entries: dict[str, PrecompileCacheEntry] = {}
     missing_total = 0
     for key, dynamo_entry in PrecompileContext._dynamo_cache_entries.items():
-        content: dict[Any, Any] = {}
-        for code in dynamo_entry.codes:
-            missing = [bid for bid in code.backend_ids if bid not in backends]
-            if missing:
-                missing_total += len(missing)
-                counters["precompile"]["missing_backend"] += len(missing)
-                warnings.warn(
-                    PrecompileWarning(
-                        f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded "
-                        "(for a training graph: did backward run?); this code will "
-                        "compile again when loaded"
-                    ),
-                    stacklevel=2,
-                )
-                # Same outcome torch chooses: the code loads without its
-                # compiled graphs and Dynamo compiles it on first call.
-                code.bypassed = True
-                continue
-            for bid in code.backend_ids:
-                content[bid] = backends[bid]
-        entries[key] = PrecompileCacheEntry(dynamo=dynamo_entry, backends=content)
+        entries[key], missing = stitch(dynamo_entry)
+        missing_total += missing
     return entries, missing_total
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import _torch_compat as tc
-from .context import PrecompileWarning, SaveReport, save_context
+from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
 
@@ -53,7 +53,8 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def __init__(self, store: Any) -> None:
         self.store = store
-        self._lock = threading.Lock()
+        # Reads go through every layer; writes only to the writable store.
+        self.writable = getattr(store, "writable", store)
 
     # -- the DiskDynamoCache surface -------------------------------------
     def path_prefix(self) -> str:
@@ -61,13 +62,13 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def clear(self) -> None:
         """Forget every entry; `gc` reclaims the space."""
-        for name in self.store.refs(REF_PREFIX):
-            self.store.delete_ref(name)
+        for name in self.writable.refs(REF_PREFIX):
+            self.writable.delete_ref(name)
 
     def write(self, cache_entry: tc.PrecompileCacheEntry, path: str) -> None:
         """Store `cache_entry` under key `path` and record it for Mega-Cache."""
         try:
-            put_entry(self.store, cache_entry, path)
+            put_entry(self.writable, cache_entry, path)
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
         _record_for_mega_cache(path, cache_entry)
@@ -76,7 +77,7 @@ class StoreDynamoCache(tc.DynamoStore):
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
         try:
             entry = pickle.loads(pickled_content)
-            put_entry(self.store, entry, path)
+            put_entry(self.writable, entry, path)
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
 
@@ -93,23 +94,9 @@ class StoreDynamoCache(tc.DynamoStore):
         """Save one entry with backends from PrecompileContext.
 
         Unlike torch's, a backend PrecompileContext never recorded is reported
-        (PrecompileWarning and `counters["precompile"]["missing_backend"]`)
-        and its code is stored without it, rather than failing the save.
+        (see `context.stitch`) rather than failing the save.
         """
-        backends = tc.PrecompileContext._backend_artifacts_by_key
-        content = {}
-        for code in cache_entry.codes:
-            missing = [bid for bid in code.backend_ids if bid not in backends]
-            if missing:
-                tc.counters["precompile"]["missing_backend"] += len(missing)
-                warnings.warn(
-                    PrecompileWarning(f"backend {missing[0]} was never recorded; stored without it"),
-                    stacklevel=2,
-                )
-                code.bypassed = True
-                continue
-            content.update({bid: backends[bid] for bid in code.backend_ids})
-        self.write(tc.PrecompileCacheEntry(cache_entry, content), key)
+        self.write(stitch(cache_entry)[0], key)
 
     def save(self, package: tc.CompilePackage) -> None:
         self.save_package(package, package.source_id)
@@ -137,7 +124,7 @@ class StoreDynamoCache(tc.DynamoStore):
         tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
         with contextlib.suppress(Exception):
             # Recency feeds size-capped eviction; a read-only store skips it.
-            self.store.touch_ref(ref_name(key))
+            self.writable.touch_ref(ref_name(key))
         return entry
 
     def _load_failed(self, key: str, error: BaseException) -> None:
@@ -162,10 +149,13 @@ class StoreDynamoCache(tc.DynamoStore):
 
 
 class _Installation:
-    def __init__(self, cache: StoreDynamoCache, previous: Any, was_enabled: bool) -> None:
+    def __init__(
+        self, cache: StoreDynamoCache, previous: Any, was_enabled: bool, save_on_exit: bool
+    ) -> None:
         self.cache = cache
         self.previous = previous
         self.was_enabled = was_enabled
+        self.save_on_exit = save_on_exit
         self.original_save = tc.PrecompileContext.__dict__["save_to_dynamo_cache"]
 
 
@@ -209,7 +199,7 @@ def install(
             uninstall()
         previous = tc.swap_dynamo_cache(cache)
         was_enabled = bool(torch._dynamo.config.caching_precompile)
-        _active = _Installation(cache, previous, was_enabled)
+        _active = _Installation(cache, previous, was_enabled, save_on_exit)
         tc.PrecompileContext.save_to_dynamo_cache = classmethod(_save_to_dynamo_cache)  # type: ignore[method-assign,assignment]
         if enable:
             torch._dynamo.config.caching_precompile = True
@@ -218,7 +208,6 @@ def install(
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
-        _active.save_on_exit = save_on_exit  # type: ignore[attr-defined]
     return cache
 
 
@@ -259,13 +248,13 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
-        store = _active.cache.store
-    return save_context(getattr(store, "writable", store), on_written)
+        store = _active.cache.writable
+    return save_context(store, on_written)
 
 
 def _save_at_exit() -> None:
     active = _active
-    if active is None or not getattr(active, "save_on_exit", False):
+    if active is None or not active.save_on_exit:
         return
     if not tc.PrecompileContext._dynamo_cache_entries:
         return

@@ -124,7 +124,8 @@ def main() -> None:
 
     # Read-only layers (bundle files or store dirs) under the store, if any.
     layers = [p for p in os.environ.get("PRECOMPILE_TEST_LAYERS", "").split(os.pathsep) if p]
-    precompile.install(store, layers=layers, save_on_exit=False)
+    # "compile-at-exit" relies on install()'s save at interpreter exit.
+    precompile.install(store, layers=layers, save_on_exit=mode == "compile-at-exit")
     mega_in = os.environ.get("PRECOMPILE_TEST_MEGA_IN")
     if mega_in:
         # Mega-Cache: artifacts another process saved with
