@@ -3,12 +3,14 @@
 `StoredBackendArtifact` is what our DynamoCache hands torch for each backend
 of a loaded entry. It is a `BundledAOTAutogradCacheArtifact`, so torch treats
 it like its own, but its content is rebuilt from verified blobs only when
-torch asks for it, and saving it again reuses the stored manifest instead of
+torch asks for it (its kernel libraries were placed when the entry was
+read), and saving it again reuses the stored manifest instead of
 serializing the result a second time.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from ._torch_compat import BundledAOTAutogradCacheArtifact
@@ -42,18 +44,11 @@ class StoredBackendArtifact(BundledAOTAutogradCacheArtifact):
         """The backend manifest this artifact still matches, if any."""
         return None if self._edited is not None else self.stored.digest
 
-    def after_deserialization(self) -> Any:
-        # The result's kernel libraries were placed and registered with
-        # Inductor's code cache when the entry was fetched.
-        return super().after_deserialization()
-
     def __deepcopy__(self, memo: dict[int, Any]) -> StoredBackendArtifact:
         # PrecompileContext deep-copies every recorded artifact. The stored
         # form is immutable, so a copy shares it and rebuilds lazily.
         clone = StoredBackendArtifact(self.key, self.stored)
         if self._edited is not None:
-            import copy
-
             clone._edited = copy.deepcopy(self._edited, memo)
         return clone
 
