@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._torch_compat import PrecompileCacheEntry, PrecompileContext, counters
-from .entries import BackendMemo, put_entry
+from .entries import SaveMemo, put_entry
 
 __all__ = [
     "PrecompileWarning",
@@ -92,7 +92,7 @@ def save_context(
     `on_written(key, entry)` runs after each entry is stored.
     """
     entries, missing = create_cache_entries()
-    memo: BackendMemo = {}
+    memo = SaveMemo()
     written = {}
     for key, entry in entries.items():
         written[key] = put_entry(store, entry, key, memo)
@@ -102,6 +102,6 @@ def save_context(
     return SaveReport(
         entries=written,
         backends=n_backends,
-        unique_backends=len(set(memo.values())),
+        unique_backends=len(set(memo.backends.values())),
         missing_backends=missing,
     )

@@ -8,6 +8,7 @@ DynamoCache files the compiled function under.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from . import kernels, pickling
@@ -32,15 +33,23 @@ from .results import (
     read_manifest,
 )
 
-__all__ = ["ENTRY_KIND", "REF_PREFIX", "BackendMemo", "fetch_entry", "put_entry", "ref_name"]
+__all__ = ["ENTRY_KIND", "REF_PREFIX", "SaveMemo", "fetch_entry", "put_entry", "ref_name"]
 
 ENTRY_KIND = "precompile/entry"
 ENTRY_FORMAT = 1
 REF_PREFIX = "dynamo/"
 
-# Backend manifests already written in one save, by artifact identity: the
-# same artifact reached from several entries is serialized once.
-BackendMemo = dict[int, str]
+@dataclasses.dataclass
+class SaveMemo:
+    """What one save has already written, so no entry writes it again.
+
+    `backends`: backend manifests by artifact identity (the same artifact
+    reached from several entries is serialized once). `isa`: the stored
+    instruction-set probes, the same for every CPU entry of the save.
+    """
+
+    backends: dict[int, str] = dataclasses.field(default_factory=dict)
+    isa: list[list[str]] | None = None
 
 
 def ref_name(key: str) -> str:
@@ -58,7 +67,7 @@ def _bundled_fx(artifact: Any) -> bool:
     )
 
 
-def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> dict[str, Any]:
+def put_backend(store: Any, artifact: Any, memo: dict[int, str]) -> dict[str, Any]:
     """Store one backend artifact; returns its entry record.
 
     The record names the backend manifest (shared by every use of an equal
@@ -84,20 +93,28 @@ def put_backend(store: Any, artifact: Any, memo: BackendMemo) -> dict[str, Any]:
     return {"manifest": memo[id(artifact)], "binding": None}
 
 
+def _put_isa_probes(store: Any) -> list[list[str]]:
+    cache_dir = inductor_cache_dir()
+    isa = []
+    for path in isa_probe_libraries(cache_dir):
+        rel = kernels.library_relpath(path, cache_dir)
+        if rel is not None:
+            isa.append([rel, store.put_file(path)])
+    return isa
+
+
 def put_entry(
-    store: Any, entry: PrecompileCacheEntry, key: str, memo: BackendMemo | None = None
+    store: Any, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None
 ) -> str:
     """Store `entry` under `key`; returns the entry manifest digest."""
-    memo = {} if memo is None else memo
+    memo = SaveMemo() if memo is None else memo
     dynamo = put_pickled(store, entry.dynamo)
-    backends = {bid: put_backend(store, art, memo) for bid, art in sorted(entry.backends.items())}
-    isa = []
+    backends = {bid: put_backend(store, art, memo.backends) for bid, art in sorted(entry.backends.items())}
+    isa: list[list[str]] = []
     if entry.dynamo.device_type == "cpu":
-        cache_dir = inductor_cache_dir()
-        for path in isa_probe_libraries(cache_dir):
-            rel = kernels.library_relpath(path, cache_dir)
-            if rel is not None:
-                isa.append([rel, store.put_file(path)])
+        if memo.isa is None:
+            memo.isa = _put_isa_probes(store)
+        isa = memo.isa
     meta = {
         "kind": ENTRY_KIND,
         "format": ENTRY_FORMAT,

@@ -367,9 +367,9 @@ class StoredBackend:
         )
 
     def needed(self) -> list[str]:
-        """What loading reads, for this use and its graphs."""
+        """What loading reads of the shared part (each use adds its binding)."""
         out = pickled_children(self.meta["skeleton"]) + pickled_children(self.meta["bw_module"])
-        out += binding_children(self.binding) + self.forward.needed()
+        out += self.forward.needed()
         return out + (self.backward.needed() if self.backward is not None else [])
 
     def with_binding(self, binding: dict[str, Any]) -> StoredBackend:
