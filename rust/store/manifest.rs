@@ -11,12 +11,17 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::hash::Digest;
 use crate::lock::LockMode;
+use crate::store::objects::Existing;
 use crate::store::{PutOutcome, Store};
 
 /// First bytes of every manifest blob.
 pub const MANIFEST_MAGIC: &[u8] = b"precompile-manifest\n";
 /// The manifest encoding version this build writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
+/// Largest manifest, in bytes (about 200,000 children). GC hashes every
+/// reached object up to this size before trusting it is not a damaged
+/// manifest, so the bound keeps large blobs out of that work.
+pub const MAX_MANIFEST_LEN: usize = 16 << 20;
 
 /// A decoded manifest.
 #[derive(Clone, Debug, PartialEq)]
@@ -72,15 +77,29 @@ impl Manifest {
     }
 }
 
+/// The version of a manifest this build cannot read: bytes with the magic
+/// and a JSON object whose integer `version` is not [`MANIFEST_VERSION`].
+/// `None` for anything else (a readable manifest, or user data that merely
+/// starts with the magic).
+pub fn unknown_version(bytes: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u64,
+    }
+    let json = bytes.strip_prefix(MANIFEST_MAGIC)?;
+    let doc: Versioned = serde_json::from_slice(json).ok()?;
+    (doc.version != u64::from(MANIFEST_VERSION)).then_some(doc.version)
+}
+
 /// True when `bytes` start like a manifest.
 pub fn looks_like_manifest(bytes: &[u8]) -> bool {
     bytes.starts_with(MANIFEST_MAGIC)
 }
 
 impl Store {
-    /// Stores a manifest listing `children`, which must all be stored
-    /// ([`Error::Missing`] otherwise), so "reachable from a ref" is always
-    /// well defined.
+    /// Stores a manifest listing `children`, which must all be stored, with
+    /// everything they reach in turn ([`Error::Missing`] otherwise), so
+    /// "reachable from a ref" is always well defined.
     pub fn put_manifest(
         &self,
         children: &[Digest],
@@ -91,16 +110,40 @@ impl Store {
             meta,
         };
         let bytes = manifest.encode();
+        if bytes.len() > MAX_MANIFEST_LEN {
+            return Err(Error::Format(format!(
+                "manifest of {} bytes is larger than the limit of {MAX_MANIFEST_LEN}",
+                bytes.len()
+            )));
+        }
         let digest = crate::hash::hash_bytes(&bytes);
         let _lock = self.lock(LockMode::Shared)?;
+        let mut nested = Vec::new();
         for child in children {
             // Children are refreshed like dedup hits: until a ref names the
             // manifest, only the grace period protects them.
-            if !self.freshen(&self.object_path(child))? {
-                return Err(Error::Missing { digest: *child });
+            match self.existing(child, None)? {
+                Existing::Good(file) => {
+                    self.keep_fresh(child, &file)?;
+                    if Store::starts_like_manifest(&file) {
+                        nested.push(*child);
+                    }
+                }
+                Existing::Absent => return Err(Error::Missing { digest: *child }),
+                Existing::Damaged { .. } => return Err(Error::Corrupt { digest: *child }),
             }
         }
-        let new = self.put_locked(&digest, |f| std::io::Write::write_all(f, &bytes), None)?;
+        // A child manifest left behind by a GC killed part-way may have lost
+        // its own children.
+        for child in nested {
+            self.check_closure(&child)?;
+        }
+        let new = self.put_locked(
+            &digest,
+            bytes.len() as u64,
+            |f| std::io::Write::write_all(f, &bytes),
+            None,
+        )?;
         Ok(PutOutcome { digest, new })
     }
 

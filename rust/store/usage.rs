@@ -99,7 +99,7 @@ impl Store {
         Ok(self
             .list_objects()?
             .into_iter()
-            .map(|o| (o.digest, o.meta.len()))
+            .map(|o| (o.digest, o.meta.len))
             .collect())
     }
 
