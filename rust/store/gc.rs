@@ -249,4 +249,49 @@ mod tests {
         assert_eq!(s.gc(false, Duration::ZERO).unwrap().tmp_freed, 1);
         assert_eq!(fs::read_dir(s.layout().tmp_dir()).unwrap().count(), 0);
     }
+
+    #[test]
+    fn garbage_goes_parents_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let mut chain = vec![s.put(b"bottom").unwrap().digest];
+        for i in 0..20 {
+            let mut meta = Map::new();
+            meta.insert("level".into(), i.into());
+            let next = s.put_manifest(&[*chain.last().unwrap()], meta).unwrap().digest;
+            chain.push(next);
+        }
+        // A diamond too: two parents share a child.
+        let shared = s.put(b"shared").unwrap().digest;
+        let left = s.put_manifest(&[shared, chain[3]], Map::new()).unwrap().digest;
+        let mut meta = Map::new();
+        meta.insert("side".into(), "right".into());
+        let right = s.put_manifest(&[shared], meta).unwrap().digest;
+        let garbage = s.list_objects().unwrap();
+        let order: Vec<Digest> = parents_first(&s, garbage).iter().map(|o| o.digest).collect();
+        let at = |d: &Digest| order.iter().position(|x| x == d).unwrap();
+        for pair in chain.windows(2) {
+            assert!(at(&pair[1]) < at(&pair[0]));
+        }
+        assert!(at(&left) < at(&shared) && at(&right) < at(&shared));
+        assert!(at(&left) < at(&chain[3]));
+        assert_eq!(order.len(), chain.len() + 3);
+    }
+
+    #[test]
+    fn unknown_manifest_version_stops_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let child = s.put(b"c").unwrap().digest;
+        let doc = format!(
+            "precompile-manifest\n{{\"version\":7,\"children\":[\"{child}\"],\"meta\":{{}}}}"
+        );
+        let m = s.put(doc.as_bytes()).unwrap().digest;
+        s.set_ref("m", &m).unwrap();
+        assert!(matches!(s.gc(false, Duration::ZERO), Err(Error::Format(_))));
+        assert!(s.contains(&child).unwrap());
+        let report = s.verify().unwrap();
+        assert_eq!(report.unknown, vec![m]);
+        assert!(!report.ok());
+    }
 }
