@@ -2,6 +2,7 @@
 //! everything they reach into one file; import unpacks one, deduplicating
 //! against what the store already holds.
 
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
@@ -12,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::lock::LockMode;
 use crate::progress::Progress;
+use crate::store::manifest::{looks_like_manifest, Manifest};
 use crate::store::mark::{Marked, Strictness};
 use crate::store::objects::Existing;
 use crate::store::Store;
@@ -39,6 +41,41 @@ enum Outcome {
     Repaired(u64),
     Present,
     Corrupt(Digest),
+}
+
+/// Orders the bundle's manifests so that each comes after every manifest it
+/// lists (a depth-first postorder; the visited set guards against cycles).
+fn children_first(bundle: &Bundle, manifests: Vec<[u8; 32]>) -> Vec<[u8; 32]> {
+    let wanted: HashSet<[u8; 32]> = manifests.iter().copied().collect();
+    let kids = |raw: &[u8; 32]| -> Vec<[u8; 32]> {
+        match bundle.get(raw).and_then(Manifest::decode) {
+            Some(Ok(m)) => (m.children.iter())
+                .map(|c| *c.as_bytes())
+                .filter(|c| wanted.contains(c))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut visited = HashSet::new();
+    let mut order = Vec::with_capacity(manifests.len());
+    for start in manifests {
+        if !visited.insert(start) {
+            continue;
+        }
+        let mut stack = vec![(start, kids(&start), 0usize)];
+        while let Some((node, children, next)) = stack.pop() {
+            if let Some(&kid) = children.get(next) {
+                stack.push((node, children, next + 1));
+                if visited.insert(kid) {
+                    let grandkids = kids(&kid);
+                    stack.push((kid, grandkids, 0));
+                }
+            } else {
+                order.push(node);
+            }
+        }
+    }
+    order
 }
 
 fn digest_of(raw: &[u8; 32]) -> Digest {
@@ -138,16 +175,27 @@ impl Store {
         // Held until the refs are set: GC must not sweep a blob that is
         // written but not yet named.
         let _lock = self.lock(LockMode::Shared)?;
-        let outcomes: Vec<Result<Outcome>> = crate::pool::install(|| {
-            (digests.par_iter())
-                .map(|raw| {
-                    progress.check(path)?;
-                    let outcome = self.import_blob(&bundle, raw);
-                    progress.add(sizes(raw));
-                    outcome
-                })
-                .collect()
-        });
+        // Leaves first (in parallel), then manifests children-first: an
+        // import killed part-way never leaves a manifest whose children are
+        // not stored.
+        let (manifests, leaves): (Vec<[u8; 32]>, Vec<[u8; 32]>) = (digests.iter())
+            .partition(|raw| bundle.get(raw).is_some_and(looks_like_manifest));
+        let import_one = |raw: &[u8; 32]| {
+            progress.check(path)?;
+            let outcome = self.import_blob(&bundle, raw);
+            progress.add(sizes(raw));
+            outcome
+        };
+        let mut outcomes: Vec<Result<Outcome>> =
+            crate::pool::install(|| leaves.par_iter().map(import_one).collect());
+        for raw in children_first(&bundle, manifests) {
+            let outcome = import_one(&raw);
+            let failed = outcome.is_err();
+            outcomes.push(outcome);
+            if failed {
+                break;
+            }
+        }
         let mut report = ImportReport::default();
         let mut corrupt = Vec::new();
         for outcome in outcomes {
