@@ -178,8 +178,8 @@ impl Store {
         // Leaves first (in parallel), then manifests children-first: an
         // import killed part-way never leaves a manifest whose children are
         // not stored.
-        let (manifests, leaves): (Vec<[u8; 32]>, Vec<[u8; 32]>) = (digests.iter())
-            .partition(|raw| bundle.get(raw).is_some_and(looks_like_manifest));
+        let (manifests, leaves): (Vec<[u8; 32]>, Vec<[u8; 32]>) =
+            (digests.iter()).partition(|raw| bundle.get(raw).is_some_and(looks_like_manifest));
         let import_one = |raw: &[u8; 32]| {
             progress.check(path)?;
             let outcome = self.import_blob(&bundle, raw);

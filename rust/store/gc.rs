@@ -258,17 +258,26 @@ mod tests {
         for i in 0..20 {
             let mut meta = Map::new();
             meta.insert("level".into(), i.into());
-            let next = s.put_manifest(&[*chain.last().unwrap()], meta).unwrap().digest;
+            let next = s
+                .put_manifest(&[*chain.last().unwrap()], meta)
+                .unwrap()
+                .digest;
             chain.push(next);
         }
         // A diamond too: two parents share a child.
         let shared = s.put(b"shared").unwrap().digest;
-        let left = s.put_manifest(&[shared, chain[3]], Map::new()).unwrap().digest;
+        let left = s
+            .put_manifest(&[shared, chain[3]], Map::new())
+            .unwrap()
+            .digest;
         let mut meta = Map::new();
         meta.insert("side".into(), "right".into());
         let right = s.put_manifest(&[shared], meta).unwrap().digest;
         let garbage = s.list_objects().unwrap();
-        let order: Vec<Digest> = parents_first(&s, garbage).iter().map(|o| o.digest).collect();
+        let order: Vec<Digest> = parents_first(&s, garbage)
+            .iter()
+            .map(|o| o.digest)
+            .collect();
         let at = |d: &Digest| order.iter().position(|x| x == d).unwrap();
         for pair in chain.windows(2) {
             assert!(at(&pair[1]) < at(&pair[0]));
