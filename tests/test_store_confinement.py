@@ -15,7 +15,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from precompile import InvalidNameError, LockTimeout, Store, StoreError
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -90,10 +89,16 @@ def test_dedup_never_touches_a_symlink_target(tmp_path: Path) -> None:
 
 
 def tmp_leftovers(directory: Path, name: str) -> list[Path]:
-    return [p for p in directory.iterdir() if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")]
+    return [
+        p
+        for p in directory.iterdir()
+        if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")
+    ]
 
 
-def test_killed_exports_leave_unpredictable_names_that_get_cleaned(tmp_path: Path) -> None:
+def test_killed_exports_leave_unpredictable_names_that_get_cleaned(
+    tmp_path: Path,
+) -> None:
     store = Store(tmp_path / "s")
     for i in range(8):
         store.set_ref(f"big/{i}", store.put(os.urandom(4 << 20)))
@@ -101,13 +106,21 @@ def test_killed_exports_leave_unpredictable_names_that_get_cleaned(tmp_path: Pat
     out.parent.mkdir()
     for _ in range(2):
         child = subprocess.Popen(
-            [sys.executable, str(WORKER), "export_forever", str(tmp_path / "s"), str(out)],
+            [
+                sys.executable,
+                str(WORKER),
+                "export_forever",
+                str(tmp_path / "s"),
+                str(out),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 10
-        while not tmp_leftovers(out.parent, "all.bundle") and time.monotonic() < deadline:
+        while (
+            not tmp_leftovers(out.parent, "all.bundle") and time.monotonic() < deadline
+        ):
             time.sleep(0.002)
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -128,9 +141,6 @@ def test_killed_exports_leave_unpredictable_names_that_get_cleaned(tmp_path: Pat
 def test_a_waiting_gc_does_not_stall_unrelated_writers(tmp_path: Path) -> None:
     root = tmp_path / "s"
     Store(root)
-    # A writer stopped while holding the lock shared (SIGSTOP, a hung disk).
-    held = open(root / "locks" / "gc.lock", "rb")
-    fcntl.flock(held, fcntl.LOCK_SH)
     result: list[object] = []
 
     def collect() -> None:
@@ -139,14 +149,16 @@ def test_a_waiting_gc_does_not_stall_unrelated_writers(tmp_path: Path) -> None:
         except LockTimeout as e:
             result.append(e)
 
-    collector = threading.Thread(target=collect)
-    collector.start()
-    time.sleep(0.3)
-    writer = Store(root, lock_timeout=30.0)
-    for i in range(5):
-        start = time.monotonic()
-        writer.set_ref(f"w{i}", writer.put(f"unrelated {i}".encode()))
-        assert time.monotonic() - start < 1.0
-    held.close()
+    # A writer stopped while holding the lock shared (SIGSTOP, a hung disk).
+    with open(root / "locks" / "gc.lock", "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_SH)
+        collector = threading.Thread(target=collect)
+        collector.start()
+        time.sleep(0.3)
+        writer = Store(root, lock_timeout=30.0)
+        for i in range(5):
+            start = time.monotonic()
+            writer.set_ref(f"w{i}", writer.put(f"unrelated {i}".encode()))
+            assert time.monotonic() - start < 1.0
     collector.join()
     assert isinstance(result[0], dict)

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from precompile import Store, StoreIOError
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: other uids, mounts")
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="needs root: other uids, mounts"
+)
 
 GROUP = 23400
 USER_A = 23401
@@ -40,7 +41,10 @@ def as_user(uid: int, fn: Callable[[], Any]) -> Any:
             os.umask(0o002)
             out = {"ok": fn()}
         except BaseException as e:  # noqa: BLE001 - reported to the parent
-            out = {"error": f"{type(e).__name__}: {e}", "errno": getattr(e, "errno", None)}
+            out = {
+                "error": f"{type(e).__name__}: {e}",
+                "errno": getattr(e, "errno", None),
+            }
         with os.fdopen(write_end, "w") as f:
             json.dump(out, f)
         os._exit(0)
@@ -64,7 +68,11 @@ def world_dir() -> Iterator[Path]:
 def tmpfs(world_dir: Path) -> Iterator[Path]:
     mnt = world_dir / "mnt"
     mnt.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m,mode=0755", "tmpfs", str(mnt)], capture_output=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=6m,mode=0755", "tmpfs", str(mnt)],
+        capture_output=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     yield mnt
@@ -72,7 +80,9 @@ def tmpfs(world_dir: Path) -> Iterator[Path]:
 
 
 @needs_root
-def test_group_shared_store_needs_no_write_access_to_others_objects(world_dir: Path) -> None:
+def test_group_shared_store_needs_no_write_access_to_others_objects(
+    world_dir: Path,
+) -> None:
     shared = world_dir / "shared"
     shared.mkdir()
     os.chown(shared, 0, GROUP)
@@ -101,7 +111,12 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(world_dir: P
         again, new = store.put_with_status(data)
         store.set_ref("b", again)
         store.set_ref("b2", store.put(b"B's own"))
-        return {"digest": again, "new": new, "gc": store.gc(False, 3600.0), "verify": store.verify()}
+        return {
+            "digest": again,
+            "new": new,
+            "gc": store.gc(False, 3600.0),
+            "verify": store.verify(),
+        }
 
     b = as_user(USER_B, user_b)
     assert "error" not in b, b
@@ -114,7 +129,9 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(world_dir: P
 
 
 @needs_root
-def test_read_only_mount_can_be_verified_and_exported(tmpfs: Path, world_dir: Path) -> None:
+def test_read_only_mount_can_be_verified_and_exported(
+    tmpfs: Path, world_dir: Path
+) -> None:
     root = tmpfs / "s"
     store = Store(root)
     leaves = [store.put(f"leaf {i}".encode() * 100) for i in range(3)]
@@ -145,7 +162,11 @@ def test_store_of_another_user_can_be_read_not_written(world_dir: Path) -> None:
         try:
             s.put(b"not allowed")
         except StoreIOError as e:
-            return {"verify": report, "errno": e.errno, "is_permission": isinstance(e, PermissionError)}
+            return {
+                "verify": report,
+                "errno": e.errno,
+                "is_permission": isinstance(e, PermissionError),
+            }
         return {"verify": report, "errno": None}
 
     out = as_user(USER_A, reader)

@@ -24,7 +24,7 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 pub fn random_name() -> String {
     let mut bytes = [0u8; 16];
     let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
-    if filled.map_or(true, |n| n != bytes.len()) {
+    if filled.ok() != Some(bytes.len()) {
         // getrandom cannot fail for 16 bytes on Linux once the pool is up;
         // should it, fall back to per-process randomness mixed with time.
         use std::hash::{BuildHasher, Hasher};
