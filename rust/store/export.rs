@@ -15,7 +15,7 @@ use crate::lock::LockMode;
 use crate::progress::Progress;
 use crate::store::manifest::{looks_like_manifest, Manifest};
 use crate::store::mark::{Marked, Strictness};
-use crate::store::objects::Existing;
+use crate::store::objects::{Existing, Expect};
 use crate::store::Store;
 
 /// What [`Store::import_bundle`] did.
@@ -267,7 +267,7 @@ impl Store {
         let bytes = bundle
             .get(raw)
             .expect("digest comes from the bundle's own index");
-        let damaged = match self.existing(&digest, Some(bytes.len() as u64))? {
+        let damaged = match self.existing(&digest, Expect::Bytes(bytes))? {
             Existing::Good(file) => {
                 self.keep_fresh(&digest, &file)?;
                 return Ok(Outcome::Present);
@@ -282,7 +282,12 @@ impl Store {
         }
         let len = bytes.len() as u64;
         Ok(
-            match self.put_locked(&digest, len, |file| file.write_all(bytes), None)? {
+            match self.put_locked(
+                &digest,
+                Expect::Bytes(bytes),
+                |file| file.write_all(bytes),
+                None,
+            )? {
                 true if damaged => Outcome::Repaired(len),
                 true => Outcome::New(len),
                 false => Outcome::Present,

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::objects::Existing;
+use crate::store::objects::{Existing, Expect};
 use crate::store::{PutOutcome, Store};
 
 /// First bytes of every manifest blob.
@@ -158,7 +158,7 @@ impl Store {
         for child in children {
             // Children are refreshed like dedup hits: until a ref names the
             // manifest, only the grace period protects them.
-            match self.existing(child, None)? {
+            match self.existing(child, Expect::Unknown)? {
                 Existing::Good(file) => {
                     self.keep_fresh(child, &file)?;
                     if Store::starts_like_manifest(&file) {
@@ -176,7 +176,7 @@ impl Store {
         }
         let new = self.put_locked(
             &digest,
-            bytes.len() as u64,
+            Expect::Bytes(&bytes),
             |f| std::io::Write::write_all(f, &bytes),
             None,
         )?;

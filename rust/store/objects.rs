@@ -70,6 +70,19 @@ impl VerifiedCache {
     }
 }
 
+/// What a put knows of the content it is about to store, to check an
+/// object already at its path against.
+#[derive(Clone, Copy)]
+pub(crate) enum Expect<'a> {
+    /// Nothing: the object is hashed.
+    Unknown,
+    /// Its length: checked first; then the object is hashed.
+    Len(u64),
+    /// The bytes themselves: compared directly, which is exact and faster
+    /// than hashing.
+    Bytes(&'a [u8]),
+}
+
 /// The fan-out directory name and file name of an object.
 pub(crate) fn object_names(digest: &Digest) -> (String, String) {
     let hex = digest.to_hex();
@@ -102,7 +115,7 @@ impl Store {
         let _lock = self.lock(LockMode::Shared)?;
         self.put_locked(
             digest,
-            data.len() as u64,
+            Expect::Bytes(data),
             |file| file.write_all(data),
             recheck.then_some("the input buffer"),
         )
@@ -123,7 +136,7 @@ impl Store {
         };
         // The copy is rehashed: the file may be modified after we hashed it.
         let what = src.display().to_string();
-        let new = self.put_locked(&digest, len, copy, Some(&what))?;
+        let new = self.put_locked(&digest, Expect::Len(len), copy, Some(&what))?;
         Ok(PutOutcome { digest, new })
     }
 
@@ -136,12 +149,12 @@ impl Store {
     pub(crate) fn put_locked(
         &self,
         digest: &Digest,
-        len: u64,
+        expect: Expect<'_>,
         fill: impl FnOnce(&mut File) -> io::Result<()>,
         recheck: Option<&str>,
     ) -> Result<bool> {
         self.counters.count_put();
-        let existing = self.existing(digest, Some(len))?;
+        let existing = self.existing(digest, expect)?;
         if let Existing::Good(file) = &existing {
             self.keep_fresh(digest, file)?;
             self.counters.count_dedup_hit();
@@ -170,7 +183,7 @@ impl Store {
             return Ok(true);
         }
         // Another writer linked it first: first writer wins, if it is sound.
-        match self.existing(digest, Some(len))? {
+        match self.existing(digest, expect)? {
             Existing::Good(file) => {
                 self.keep_fresh(digest, &file)?;
                 self.counters.count_dedup_hit();
@@ -225,9 +238,10 @@ impl Store {
     }
 
     /// Opens what is at the object's path without following a link, and
-    /// classifies it. `len`, when known, must match; the content must hash
-    /// to `digest` (or be known to from this handle's cache).
-    pub(crate) fn existing(&self, digest: &Digest, len: Option<u64>) -> Result<Existing> {
+    /// classifies it. Its length must match what `expect` knows; its content
+    /// must equal the expected bytes, or hash to `digest` (unless this
+    /// handle's cache already knows this very file as sound).
+    pub(crate) fn existing(&self, digest: &Digest, expect: Expect<'_>) -> Result<Existing> {
         let rel = object_rel(digest);
         let file = match self
             .dirs
@@ -251,6 +265,11 @@ impl Store {
         if meta.is_dir() {
             return Ok(Existing::Damaged { directory: true });
         }
+        let len = match expect {
+            Expect::Unknown => None,
+            Expect::Len(len) => Some(len),
+            Expect::Bytes(bytes) => Some(bytes.len() as u64),
+        };
         if !meta.is_file() || len.is_some_and(|len| len != meta.len()) {
             return Ok(Existing::Damaged { directory: false });
         }
@@ -258,7 +277,17 @@ impl Store {
             return Ok(Existing::Good(file));
         }
         let path = self.dirs.objects.path().join(&rel);
-        if hash_open_file(&file, &path)? != *digest {
+        let sound = match expect {
+            Expect::Bytes(bytes) if !bytes.is_empty() => {
+                // SAFETY: a read-only mapping of a stored object; should the
+                // file change meanwhile, the comparison merely fails and the
+                // put replaces it.
+                let map = unsafe { Mmap::map(&file) }.at(&path)?;
+                map[..] == *bytes
+            }
+            _ => hash_open_file(&file, &path)? == *digest,
+        };
+        if !sound {
             return Ok(Existing::Damaged { directory: false });
         }
         self.verified.record(digest, &meta);
