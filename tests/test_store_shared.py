@@ -111,17 +111,20 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
         again, new = store.put_with_status(data)
         store.set_ref("b", again)
         store.set_ref("b2", store.put(b"B's own"))
+        touched = store.touch_ref("a")
         return {
             "digest": again,
             "new": new,
             "gc": store.gc(False, 3600.0),
             "verify": store.verify(),
+            "touched": touched,
         }
 
     b = as_user(USER_B, user_b)
     assert "error" not in b, b
     assert b["ok"]["digest"] == digest and b["ok"]["new"] is False
-    assert b["ok"]["verify"]["ok"]
+    assert b["ok"]["verify"]["ok"] and b["ok"]["touched"]
+    assert (root / "refs" / "a").stat().st_uid == USER_B  # recency of A's ref, recorded by B
     # Recency was recorded without touching A's file: B's fresh copy replaced it.
     assert time.time() - obj.stat().st_mtime < 600
     assert obj.stat().st_uid == USER_B and obj.read_bytes() == data

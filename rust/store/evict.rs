@@ -48,7 +48,7 @@ impl Store {
         let objects = self.list_objects()?;
         let mut sizes: HashMap<Digest, u64> = HashMap::with_capacity(objects.len());
         let mut young = Vec::new();
-        for object in &objects {
+        for object in objects.iter().filter(|o| o.meta.is_file()) {
             sizes.insert(object.digest, object.meta.len);
             if object.meta.mtime > cutoff {
                 young.push(object.digest);

@@ -250,13 +250,30 @@ impl Store {
     }
 
     /// Sets the ref file's mtime to now (for LRU eviction); false when the
-    /// ref does not exist.
+    /// ref does not exist. A ref file of another user (a group-shared store)
+    /// cannot be touched: it is rewritten instead, unchanged but ours.
     pub fn touch_ref(&self, name: &str) -> Result<bool> {
         let Some((dir, leaf)) = self.ref_parent(name)? else {
             return Ok(false);
         };
         match dir.stat(leaf)? {
-            Some(st) if st.is_file() => touch_at(&dir, leaf),
+            Some(st) if st.is_file() => match touch_at(&dir, leaf) {
+                Err(Error::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::EPERM) | Some(libc::EACCES)
+                    ) =>
+                {
+                    let Some(digest) = read_ref(&dir, leaf)? else {
+                        return Ok(false);
+                    };
+                    let tmp = TmpFile::write(&self.dirs.tmp, encode_ref(&digest).as_bytes())?;
+                    tmp.rename_to(&dir, leaf)?;
+                    dir.fsync()?;
+                    Ok(true)
+                }
+                other => other,
+            },
             _ => Ok(false),
         }
     }

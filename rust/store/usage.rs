@@ -99,6 +99,7 @@ impl Store {
         Ok(self
             .list_objects()?
             .into_iter()
+            .filter(|o| o.meta.is_file())
             .map(|o| (o.digest, o.meta.len))
             .collect())
     }
