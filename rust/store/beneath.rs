@@ -118,16 +118,18 @@ impl Dir {
     /// `create` is set; a symlink there is refused.
     pub fn sub(&self, name: &str, create: bool) -> Result<Dir> {
         let path = self.path.join(name);
-        if create {
-            match rfs::mkdirat(self.fd(), name, Mode::from_raw_mode(0o777)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                // A read-only store: use what is there.
-                Err(rustix::io::Errno::ROFS) | Err(rustix::io::Errno::ACCESS) => {}
-                Err(e) => return Err(Error::io(&path, e.into())),
+        let open = || rfs::openat(self.fd(), name, dir_flags(), Mode::empty());
+        let fd = match open() {
+            Err(rustix::io::Errno::NOENT) if create => {
+                match rfs::mkdirat(self.fd(), name, Mode::from_raw_mode(0o777)) {
+                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+                    Err(e) => return Err(Error::io(&path, e.into())),
+                }
+                open()
             }
+            other => other,
         }
-        let fd = rfs::openat(self.fd(), name, dir_flags(), Mode::empty())
-            .map_err(|e| refuse_link(e, &path))?;
+        .map_err(|e| refuse_link(e, &path))?;
         Ok(Dir {
             fd: Arc::new(fd),
             path,

@@ -131,7 +131,9 @@ impl Store {
         let len = from.metadata().at(src)?.len();
         let _lock = self.lock(LockMode::Shared)?;
         let copy = |file: &mut File| {
-            let mut reader = io::BufReader::with_capacity(1 << 20, ReadAt { file: &from, at: 0 });
+            // Nothing has read through `from` (hashing mapped it), so it is
+            // at offset 0; `&File` to `File` copies in the kernel.
+            let mut reader = &from;
             io::copy(&mut reader, file).map(drop)
         };
         // The copy is rehashed: the file may be modified after we hashed it.
