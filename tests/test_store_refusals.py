@@ -146,3 +146,28 @@ def test_every_failure_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreIOError) as not_found:
         store.put_file(tmp_path / "no-such-file")
     assert not_found.value.filename == str(tmp_path / "no-such-file")
+
+
+def test_new_error_classes_are_importable_and_rooted_in_store_error() -> None:
+    import importlib
+
+    from precompile import _core
+
+    pairs = {
+        "StoreIOError": OSError,
+        "StoreFileNotFoundError": FileNotFoundError,
+        "StorePermissionError": PermissionError,
+        "StoreFileExistsError": FileExistsError,
+        "StoreIsADirectoryError": IsADirectoryError,
+        "StoreNotADirectoryError": NotADirectoryError,
+        "InvalidNameError": ValueError,
+        "InvalidDigestError": ValueError,
+        "RefNotFoundError": LookupError,
+        "RefConflictError": StoreError,
+    }
+    for name, builtin in pairs.items():
+        cls = getattr(_core, name)
+        assert cls.__module__ == "precompile._core" and cls.__name__ == name
+        assert getattr(importlib.import_module(cls.__module__), name) is cls
+        assert issubclass(cls, StoreError) and issubclass(cls, builtin)
+    assert issubclass(_core.StoreFileNotFoundError, StoreIOError)
