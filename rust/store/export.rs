@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::lock::LockMode;
 use crate::progress::Progress;
+use crate::store::dedup::{Existing, Expect};
 use crate::store::manifest::{looks_like_manifest, Manifest};
 use crate::store::mark::{Marked, Strictness};
-use crate::store::objects::{Existing, Expect};
 use crate::store::Store;
 
 /// What [`Store::import_bundle`] did.

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::objects::{Existing, Expect};
+use crate::store::dedup::{Existing, Expect};
 use crate::store::{PutOutcome, Store};
 
 /// First bytes of every manifest blob.

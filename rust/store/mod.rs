@@ -14,6 +14,7 @@
 
 pub(crate) mod beneath;
 mod blob;
+mod dedup;
 pub mod durable;
 mod evict;
 mod export;
@@ -87,7 +88,7 @@ pub struct Store {
     dirs: Dirs,
     options: Options,
     counters: Counters,
-    verified: objects::VerifiedCache,
+    verified: dedup::VerifiedCache,
 }
 
 impl Store {
@@ -102,7 +103,7 @@ impl Store {
             dirs,
             options,
             counters: Counters::default(),
-            verified: objects::VerifiedCache::default(),
+            verified: dedup::VerifiedCache::default(),
         })
     }
 
