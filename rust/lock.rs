@@ -298,7 +298,7 @@ mod tests {
         let stuck = GcLock::acquire(&d, LockMode::Shared, Duration::ZERO).unwrap();
         let collector = {
             let d = d.clone();
-            thread::spawn(move || GcLock::acquire(&d, LockMode::Exclusive, Duration::from_secs(3)))
+            thread::spawn(move || GcLock::acquire(&d, LockMode::Exclusive, Duration::from_secs(10)))
         };
         thread::sleep(Duration::from_millis(100));
         // New writers pass within about one patience period, not the GC's timeout.
