@@ -306,7 +306,7 @@ mod tests {
             let t = Instant::now();
             drop(GcLock::acquire(&d, LockMode::Shared, Duration::from_secs(10)).unwrap());
             assert!(
-                t.elapsed() < GC_PATIENCE + Duration::from_millis(200),
+                t.elapsed() < GC_PATIENCE + Duration::from_secs(2),
                 "{:?}",
                 t.elapsed()
             );
