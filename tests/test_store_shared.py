@@ -124,7 +124,9 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
     assert "error" not in b, b
     assert b["ok"]["digest"] == digest and b["ok"]["new"] is False
     assert b["ok"]["verify"]["ok"] and b["ok"]["touched"]
-    assert (root / "refs" / "a").stat().st_uid == USER_B  # recency of A's ref, recorded by B
+    assert (
+        root / "refs" / "a"
+    ).stat().st_uid == USER_B  # recency of A's ref, recorded by B
     # Recency was recorded without touching A's file: B's fresh copy replaced it.
     assert time.time() - obj.stat().st_mtime < 600
     assert obj.stat().st_uid == USER_B and obj.read_bytes() == data
