@@ -620,6 +620,12 @@ def _undo_install(package: Any) -> None:
                 _reset_precompile_entries(target)
             except Exception:
                 log.debug("resetting precompile entries", exc_info=True)
+    # Dynamo answers a failed install by initializing the same package
+    # afresh, which it refuses for an initialized one: make it new again.
+    try:
+        type(package).__init__(package, None)
+    except Exception:
+        log.debug("resetting a failed package", exc_info=True)
 
 
 def _advance_unique_ids(names: Any) -> None:
