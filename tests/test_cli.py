@@ -75,10 +75,12 @@ def test_every_read_command_prints_json(store: tuple[Path, dict[str, str]]) -> N
     assert all(r["bytes"] >= r["unique_bytes"] > 0 for r in ls)
 
     show = cli_json("--store", root, "show", "dynamo/e0")
-    tree = show["tree"]
-    assert tree["digest"] == refs["dynamo/e0"] and tree["meta"]["kind"] == "entry"
-    assert [c["meta"]["kind"] for c in tree["children"]] == ["backend", "backend"]
+    nodes = {n["digest"]: n for n in show["nodes"]}
+    root_node = show["nodes"][0]
+    assert root_node["digest"] == show["root"] == refs["dynamo/e0"] and root_node["meta"]["kind"] == "entry"
+    assert [nodes[c]["meta"]["kind"] for c in root_node["children"]] == ["backend", "backend"]
     assert show["total_bytes"] == load_entry(Store(root), "dynamo/e0")["bytes"]
+    assert len(nodes) == len(show["nodes"]) == show["objects"] == load_entry(Store(root), "dynamo/e0")["blobs"]
 
     stats = cli_json("--store", root, "stats")
     assert stats["entries"] == 3 and stats["dedup_ratio"] > 1  # the shared blob
