@@ -125,7 +125,7 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
         indent = "  " * min(depth + 1, _MAX_INDENT)
         marker = f"[dim]{depth}>[/] " if depth + 1 > _MAX_INDENT else ""
         text.append(f"{indent}{marker}{_label(nodes[d], repeat)}")
-    out.print("\n".join(text), overflow="ellipsis", no_wrap=True, crop=False)
+    out.print("\n".join(text), soft_wrap=True)
     return 0
 
 
