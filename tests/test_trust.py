@@ -21,7 +21,7 @@ TRAILER = 40
 
 def offsets(data: bytes) -> dict[str, int]:
     """Section offsets from a bundle header (see docs/FORMAT-signing.md)."""
-    index_offset, index_len, refs_offset, refs_len, sig_offset, sig_len = struct.unpack_from("<6Q", data, 56)
+    index_offset, _, refs_offset, refs_len, sig_offset, sig_len = struct.unpack_from("<6Q", data, 56)
     return {"index": index_offset, "refs": refs_offset, "refs_end": refs_offset + refs_len,
             "sig": sig_offset, "sig_len": sig_len}
 
@@ -162,7 +162,7 @@ def test_a_changed_blob_is_refused_when_read(
 ) -> None:
     """Blob bytes are bound by their digests in the signed index: the bundle opens, and
     the blob fails its digest when read (always verified under trusted keys)."""
-    _, refs, path = signed
+    _, _, path = signed
     plain = open_bundle(path)
     victim_digest = max(plain.digests(), key=plain.size)
     data = bytearray(path.read_bytes())
