@@ -126,6 +126,14 @@ def test_trusted_keys_from_the_environment(
         open_bundle(path)
     # An explicit list wins over the environment.
     assert open_bundle(path, trusted_keys=[keys["alice"]]).signer == keys["alice"]
+    # A bundle opened earlier is checked when it is handed over as a layer.
+    monkeypatch.delenv("PRECOMPILE_TRUSTED_KEYS")
+    opened = open_bundle(unsigned)
+    with pytest.raises(UntrustedError):
+        open_layered(str(tmp_path / "local"), [opened], trusted_keys=[keys["alice"]])
+    assert not (tmp_path / "local").exists()
+    layered = open_layered(str(tmp_path / "local"), [open_bundle(path)], trusted_keys=[keys["alice"]])
+    assert layered.refs() == open_bundle(path).refs()
 
 
 @pytest.mark.parametrize("section", ["header", "index", "refs", "signature"])
