@@ -69,6 +69,16 @@ pub enum Error {
     #[error("invalid digest {0:?}: expected 64 lower-case hex characters")]
     InvalidDigest(String),
 
+    /// Something this process will not trust: a bundle that is unsigned when a
+    /// signature is required, signed by a key that is not trusted, or changed
+    /// after signing; or a store directory that another user owns or may write.
+    #[error("{0}")]
+    Untrusted(String),
+
+    /// A signing or public key that cannot be read or parsed.
+    #[error("invalid key: {0}")]
+    InvalidKey(String),
+
     /// The input changed while it was being stored (a mutable buffer written to
     /// by another thread, or a file modified during `put_file`). Nothing was
     /// stored.

@@ -59,6 +59,14 @@ create_exception!(
     "Refs of a bundle that could not be set in this store; every other ref was set. \
      `conflicts` lists (name, reason) pairs."
 );
+create_exception!(
+    precompile._core,
+    UntrustedError,
+    StoreError,
+    "A bundle that is unsigned where a trusted signature is required, signed by a key \
+     that is not trusted, or changed after signing; or a store owned or writable by \
+     another user. Nothing of it was read."
+);
 
 /// Inputs shorter than this are hashed without releasing the GIL: for them,
 /// releasing and re-taking it costs more than the hashing (blake3-py's
@@ -83,6 +91,8 @@ impl From<Error> for PyErr {
                 let _ = err.value(py).setattr("conflicts", conflicts);
                 err
             }),
+            Error::Untrusted(_) => UntrustedError::new_err(msg),
+            Error::InvalidKey(_) => PyValueError::new_err(msg),
             Error::Changed(_) => StoreError::new_err(msg),
         }
     }
@@ -315,19 +325,24 @@ impl PyStore {
 
 #[pymethods]
 impl PyStore {
-    /// Opens the store at `path`, creating it unless `create=False`.
+    /// Opens the store at `path`, creating it unless `create=False`. A store
+    /// owned by another user or writable by others raises UntrustedError
+    /// unless `shared=True` (then a setgid directory writable by one of your
+    /// groups, or another user's store, is accepted; never a world-writable one).
     #[new]
-    #[pyo3(signature = (path, *, verify = true, create = true, lock_timeout = 30.0))]
+    #[pyo3(signature = (path, *, verify = true, create = true, lock_timeout = 30.0, shared = false))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
         verify: bool,
         create: bool,
         lock_timeout: f64,
+        shared: bool,
     ) -> PyResult<Self> {
         let options = Options {
             verify,
             create,
+            shared,
             lock_timeout: seconds(lock_timeout, "lock_timeout")?,
             ..Options::default()
         };
@@ -532,28 +547,33 @@ impl PyStore {
     }
 
     /// Writes refs `refs` (None: all) and everything they reach to one
-    /// bundle file at `path`: {blobs, refs, bytes}.
-    #[pyo3(signature = (refs, path, *, progress = None))]
+    /// bundle file at `path`, signed with the secret key file `sign_with`
+    /// when given: {blobs, refs, bytes}.
+    #[pyo3(signature = (refs, path, *, progress = None, sign_with = None))]
     fn export_bundle<'py>(
         &self,
         py: Python<'py>,
         refs: Option<Vec<String>>,
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
+        sign_with: Option<PathBuf>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        bundle::export(py, &self.inner, refs, path, progress)
+        bundle::export(py, &self.inner, refs, path, progress, sign_with)
     }
 
     /// Unpacks the bundle at `path` (idempotent, deduplicating): {objects_new,
-    /// objects_present, bytes_new, refs, refs_changed}.
-    #[pyo3(signature = (path, *, progress = None))]
+    /// objects_present, bytes_new, refs, refs_changed}. With `trusted_keys`
+    /// (default: $PRECOMPILE_TRUSTED_KEYS), a bundle not signed by one of
+    /// them raises UntrustedError before anything is written.
+    #[pyo3(signature = (path, *, progress = None, trusted_keys = None))]
     fn import_bundle<'py>(
         &self,
         py: Python<'py>,
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
+        trusted_keys: Option<Vec<PathBuf>>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        bundle::import(py, &self.inner, path, progress)
+        bundle::import(py, &self.inner, path, progress, trusted_keys)
     }
 
     /// Deletes least recently used refs until the store fits in `max_size`
@@ -584,11 +604,11 @@ impl PyStore {
 #[pymodule]
 mod _core {
     #[pymodule_export]
-    use super::bundle::{open_bundle, PyBundle};
+    use super::bundle::{keygen, open_bundle, PyBundle};
     #[pymodule_export]
     use super::{
         blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,
-        PyStore, RefConflictError, StoreError,
+        PyStore, RefConflictError, StoreError, UntrustedError,
     };
 
     #[pymodule_init]

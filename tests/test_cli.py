@@ -75,10 +75,12 @@ def test_every_read_command_prints_json(store: tuple[Path, dict[str, str]]) -> N
     assert all(r["bytes"] >= r["unique_bytes"] > 0 for r in ls)
 
     show = cli_json("--store", root, "show", "dynamo/e0")
-    tree = show["tree"]
-    assert tree["digest"] == refs["dynamo/e0"] and tree["meta"]["kind"] == "entry"
-    assert [c["meta"]["kind"] for c in tree["children"]] == ["backend", "backend"]
+    nodes = {n["digest"]: n for n in show["nodes"]}
+    root_node = show["nodes"][0]
+    assert root_node["digest"] == show["root"] == refs["dynamo/e0"] and root_node["meta"]["kind"] == "entry"
+    assert [nodes[c]["meta"]["kind"] for c in root_node["children"]] == ["backend", "backend"]
     assert show["total_bytes"] == load_entry(Store(root), "dynamo/e0")["bytes"]
+    assert len(nodes) == len(show["nodes"]) == show["objects"] == load_entry(Store(root), "dynamo/e0")["blobs"]
 
     stats = cli_json("--store", root, "stats")
     assert stats["entries"] == 3 and stats["dedup_ratio"] > 1  # the shared blob
@@ -146,3 +148,64 @@ def test_gc_max_size_keeps_the_most_recently_used_refs(tmp_path: Path) -> None:
     # Under the cap already: nothing more goes.
     again = cli_json("--store", root, "gc", "--max-size", "250K", "--grace", "0")
     assert again["refs_evicted"] == [] and again["objects_freed"] == 0
+
+
+def test_show_prints_each_node_once_however_shared_or_deep(tmp_path: Path) -> None:
+    store = Store(tmp_path / "store")
+    leaf = store.put(blob_bytes("leaf", 100))
+    # A diamond 22 levels deep: 2**22 paths from the top, 45 distinct objects.
+    a = b = leaf
+    for level in range(22):
+        a, b = (store.put_manifest([a, b] if level else [a], {"side": side, "level": level}) for side in "ab")
+    store.set_ref("dynamo/diamond", store.put_manifest([a, b], {"kind": "top"}))
+    # A chain 3,000 manifests deep.
+    node = leaf
+    for depth in range(3000):
+        node = store.put_manifest([node], {"depth": depth})
+    store.set_ref("dynamo/chain", node)
+
+    start = time.monotonic()
+    diamond = cli_json("--store", tmp_path / "store", "show", "dynamo/diamond")
+    assert diamond["objects"] == len(diamond["nodes"]) == 2 * 22 + 2
+    assert len({n["digest"] for n in diamond["nodes"]}) == diamond["objects"]
+    text = cli("--store", tmp_path / "store", "show", "dynamo/diamond")
+    assert text.returncode == 0, text.stderr
+    expanded = [line for line in text.stdout.splitlines()[1:] if "shown above" not in line]
+    assert len(expanded) == diamond["objects"]  # each node expanded exactly once
+    assert time.monotonic() - start < 30
+
+    chain = cli_json("--store", tmp_path / "store", "show", "dynamo/chain")
+    assert chain["objects"] == 3001 and chain["nodes"][-1]["digest"] == leaf
+    text = cli("--store", tmp_path / "store", "show", "dynamo/chain")
+    assert text.returncode == 0 and "RecursionError" not in text.stderr, text.stderr[-2000:]
+    lines = text.stdout.splitlines()
+    assert len(lines) == 3002 and "3000> blob" in lines[-1]  # deep lines say their depth
+    assert max(map(len, lines)) < 200
+
+
+def test_keygen_and_signed_export(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, refs = store
+    key = tmp_path / "release.key"
+    made = cli("keygen", key)
+    assert made.returncode == 0, made.stderr
+    public = made.stdout.strip()
+    assert public.startswith("ed25519:") and len(public.splitlines()) == 1
+    assert key.stat().st_mode & 0o777 == 0o600
+    again = cli("keygen", key)
+    assert again.returncode == 1 and "exists" in again.stderr and "Traceback" not in again.stderr
+
+    bundle = tmp_path / "signed.bundle"
+    exported = cli("--store", root, "export", bundle, "--sign", key)
+    assert exported.returncode == 0 and "signed" in exported.stdout, exported.stderr
+    assert precompile.open_bundle(bundle, trusted_keys=[public]).refs() == sorted(refs)
+    verified = cli_json("--store", bundle, "verify")
+    assert verified["ok"] and verified["signer"] == public
+
+    # Import honours --trusted-key and $PRECOMPILE_TRUSTED_KEYS.
+    other = cli("keygen", tmp_path / "other.key").stdout.strip()
+    refused = cli("--store", tmp_path / "a", "import", bundle, "--trusted-key", other)
+    assert refused.returncode == 1 and "not a trusted key" in refused.stderr
+    refused = cli("--store", tmp_path / "b", "import", bundle, env={"PRECOMPILE_TRUSTED_KEYS": other})
+    assert refused.returncode == 1 and "not a trusted key" in refused.stderr
+    assert cli_json("--store", tmp_path / "c", "import", bundle, "--trusted-key", public)["refs"] == len(refs)
+    assert cli("--store", bundle, "ls", env={"PRECOMPILE_TRUSTED_KEYS": other}).returncode == 1

@@ -90,15 +90,15 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
     root = shared / "s"
     data = b"stored by A, deduplicated by B " * 100
 
-    def user_a() -> str:
-        store = Store(root)
+    def user_a() -> tuple[str, str]:
+        store = Store(root, shared=True)
         digest = store.put(data)
         store.set_ref("a", digest)
-        return digest
+        return digest, store.object_path(digest)
 
     a = as_user(USER_A, user_a)
-    digest = a["ok"]
-    obj = Path(Store(root).object_path(digest))
+    digest, obj_path = a["ok"]
+    obj = Path(obj_path)
     assert obj.stat().st_uid == USER_A
     # Old enough that a dedup hit must refresh it, and lock files as a
     # user with umask 022 would have left them: not group-writable.
@@ -107,7 +107,7 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
         lock.chmod(0o644)
 
     def user_b() -> dict[str, Any]:
-        store = Store(root)
+        store = Store(root, shared=True)
         again, new = store.put_with_status(data)
         store.set_ref("b", again)
         store.set_ref("b2", store.put(b"B's own"))
@@ -130,7 +130,7 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
     # Recency was recorded without touching A's file: B's fresh copy replaced it.
     assert time.time() - obj.stat().st_mtime < 600
     assert obj.stat().st_uid == USER_B and obj.read_bytes() == data
-    assert Store(root).verify()["ok"]
+    assert as_user(USER_A, lambda: Store(root, shared=True).verify()["ok"])["ok"]
 
 
 @needs_root
@@ -162,7 +162,7 @@ def test_store_of_another_user_can_be_read_not_written(world_dir: Path) -> None:
         lock.chmod(0o444)
 
     def reader() -> dict[str, Any]:
-        s = Store(root)
+        s = Store(root, shared=True)
         report = s.verify()
         try:
             s.put(b"not allowed")

@@ -26,8 +26,10 @@ __all__ = [
     "StoreIsADirectoryError",
     "StoreNotADirectoryError",
     "StorePermissionError",
+    "UntrustedError",
     "__version__",
     "blake3_hex",
+    "keygen",
     "open_bundle",
 ]
 
@@ -81,6 +83,11 @@ class InvalidDigestError(StoreError, ValueError):
 
 class RefNotFoundError(StoreError, LookupError):
     """A ref that does not exist where one is required."""
+
+class UntrustedError(StoreError):
+    """A bundle that is unsigned where a trusted signature is required, signed by a key
+    that is not trusted, or changed after signing; or a store owned or writable by another
+    user. Nothing of it was read."""
 
 class _GcReport(TypedDict):
     objects_freed: int
@@ -191,6 +198,7 @@ class Store:
         verify: bool = True,
         create: bool = True,
         lock_timeout: float = 30.0,
+        shared: bool = False,
     ) -> Store: ...
     @property
     def path(self) -> Path:
@@ -252,12 +260,25 @@ class Store:
         """Objects, bytes and refs on disk; puts, gets and dedup hits since open."""
 
     def export_bundle(
-        self, refs: Sequence[str] | None, path: str | Path, *, progress: _Progress | None = None
+        self,
+        refs: Sequence[str] | None,
+        path: str | Path,
+        *,
+        progress: _Progress | None = None,
+        sign_with: str | Path | None = None,
     ) -> _ExportReport:
-        """Writes refs `refs` (None: all) and everything they reach to one bundle file."""
+        """Writes refs `refs` (None: all) and everything they reach to one bundle file,
+        signed with the secret key file `sign_with` when given."""
 
-    def import_bundle(self, path: str | Path, *, progress: _Progress | None = None) -> _ImportReport:
-        """Unpacks the bundle at `path` (idempotent, deduplicating)."""
+    def import_bundle(
+        self,
+        path: str | Path,
+        *,
+        progress: _Progress | None = None,
+        trusted_keys: Sequence[str | Path] | None = None,
+    ) -> _ImportReport:
+        """Unpacks the bundle at `path` (idempotent, deduplicating); with trusted keys
+        (default: $PRECOMPILE_TRUSTED_KEYS), only a bundle one of them signed."""
 
     def evict(self, max_size: int, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> _EvictReport:
         """Deletes least recently used refs until the store fits in `max_size` bytes, then sweeps."""
@@ -272,6 +293,14 @@ class Bundle:
     @property
     def path(self) -> Path:
         """The path the bundle was opened from."""
+
+    @property
+    def signer(self) -> str | None:
+        """The public key whose valid signature the bundle carries, or None."""
+
+    def check_trusted(self, trusted_keys: Sequence[str | Path] | None = None) -> None:
+        """Raises UntrustedError unless one of `trusted_keys` (default:
+        $PRECOMPILE_TRUSTED_KEYS) signed the bundle."""
 
     def contains(self, digest: str) -> bool:
         """Whether the bundle holds the blob `digest`."""
@@ -310,5 +339,12 @@ class Bundle:
     def stats(self) -> _BundleStats:
         """Blobs, bytes (of the file) and refs; gets and misses since open."""
 
-def open_bundle(path: str | Path, *, verify: bool = True) -> Bundle:
-    """Maps the bundle at `path` read-only after validating its metadata."""
+def open_bundle(
+    path: str | Path, *, verify: bool = True, trusted_keys: Sequence[str | Path] | None = None
+) -> Bundle:
+    """Maps the bundle at `path` read-only after validating its metadata; with trusted
+    keys (default: $PRECOMPILE_TRUSTED_KEYS), refuses one none of them signed."""
+
+def keygen(path: str | Path) -> str:
+    """Writes a new secret key to `path` (mode 0600, never over an existing file) and
+    returns its public key, `ed25519:<64 hex>`."""

@@ -8,6 +8,16 @@ unpack it with `Store.import_bundle` or serve from it in place:
     bundle = precompile.open_bundle("model.bundle")
     precompile.install(layers=[bundle])        # or layers=["model.bundle"]
 
+Trust
+-----
+
+A bundle is code: loading an entry unpickles it and maps its kernels. Sign it
+on the build host (`Store.export_bundle(..., sign_with=KEYFILE)` or
+`precompile export --sign KEYFILE`, with a key from `precompile.keygen`) and
+serve it with `trusted_keys=[public_key]` (or `$PRECOMPILE_TRUSTED_KEYS`): a
+bundle that is unsigned, signed by another key, or changed after signing then
+raises `UntrustedError` when it is opened, before anything of it is used.
+
 Serving from many threads and processes
 ---------------------------------------
 

@@ -2,7 +2,7 @@
 
     precompile [--store PATH] COMMAND [--json] ...
 
-COMMAND is one of ls, show, stats, verify, gc, export, import, du; `--store`
+COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen; `--store`
 may also name a bundle file for the read-only commands. The read commands
 take `--json` and then print one JSON document on stdout. Progress bars go
 to stderr and only appear on a terminal.
@@ -24,7 +24,6 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from rich.tree import Tree
 
 from . import paths
 from ._cli_views import (
@@ -36,7 +35,7 @@ from ._cli_views import (
     parse_duration,
     parse_size,
 )
-from ._core import FormatError, StoreError, __version__
+from ._core import FormatError, StoreError, __version__, keygen
 
 __all__ = ["main"]
 
@@ -63,22 +62,46 @@ def cmd_ls(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
-def _walk(src: Source, digest: str, seen: set[str]) -> dict[str, Any]:
-    size, is_manifest = src.node(digest)
-    seen.add(digest)
-    node: dict[str, Any] = {"digest": digest, "bytes": size}
-    if is_manifest:
-        try:
-            children, meta = src.manifest(digest)
-        except FormatError:
-            return node  # starts like a manifest but is not one: a plain blob
-        node["meta"] = meta
-        node["children"] = [_walk(src, child, seen) for child in children]
-    return node
+# Deeper levels are indented no further (their depth is printed instead), so a
+# chain thousands of manifests deep still prints one short line per node.
+_MAX_INDENT = 24
 
 
-def _label(node: dict[str, Any]) -> str:
+def _walk(src: Source, root: str) -> tuple[dict[str, dict[str, Any]], list[tuple[int, str, bool]]]:
+    """Depth-first from `root`, without recursion, reading each object once.
+
+    Returns every node by digest (in the order first reached) and the lines
+    to print: (depth, digest, repeat), where a repeat is a node that another
+    path reached first; it is printed but not expanded again, so manifests
+    shared many times over (a diamond) cost one visit each, not one per path.
+    """
+    nodes: dict[str, dict[str, Any]] = {}
+    lines: list[tuple[int, str, bool]] = []
+    stack = [(root, 0)]
+    while stack:
+        digest, depth = stack.pop()
+        if digest in nodes:
+            lines.append((depth, digest, True))
+            continue
+        size, is_manifest = src.node(digest)
+        node: dict[str, Any] = {"digest": digest, "bytes": size}
+        nodes[digest] = node
+        lines.append((depth, digest, False))
+        if is_manifest:
+            try:
+                children, meta = src.manifest(digest)
+            except FormatError:
+                continue  # starts like a manifest but is not one: a plain blob
+            node["meta"] = meta
+            node["children"] = children
+            stack.extend((child, depth + 1) for child in reversed(children))
+    return nodes, lines
+
+
+def _label(node: dict[str, Any], repeat: bool) -> str:
     head = f"{node['digest'][:12]}  {human_size(node['bytes'])}"
+    if repeat:
+        return f"[dim]{'manifest' if 'children' in node else 'blob'}  {head}  (shown above)[/]"
     if "children" not in node:
         return f"[dim]blob[/]  {head}"
     scalars = [f"{k}={v}" for k, v in node["meta"].items() if isinstance(v, (str, int, float, bool))]
@@ -88,19 +111,21 @@ def _label(node: dict[str, Any]) -> str:
 
 def cmd_show(args: argparse.Namespace, src: Source) -> int:
     digest = src.resolve(args.ref)
-    seen: set[str] = set()
-    root = _walk(src, digest, seen)
-    total = sum(src.node(d)[0] for d in seen)
+    nodes, lines = _walk(src, digest)
+    total = sum(node["bytes"] for node in nodes.values())
     if args.json:
-        _emit_json({"ref": args.ref, "objects": len(seen), "total_bytes": total, "tree": root})
+        # A flat list, each node once: nesting would repeat shared nodes and
+        # nest as deep as the manifests do.
+        doc = {"ref": args.ref, "root": digest, "objects": len(nodes), "total_bytes": total,
+               "nodes": list(nodes.values())}
+        _emit_json(doc)
         return 0
-    tree = Tree(f"[bold]{escape(args.ref)}[/]  {len(seen)} objects, {human_size(total)}")
-    stack = [(tree, root)]
-    while stack:
-        parent, node = stack.pop()
-        branch = parent.add(_label(node))
-        stack.extend((branch, child) for child in reversed(node.get("children", [])))
-    out.print(tree)
+    text = [f"[bold]{escape(args.ref)}[/]  {len(nodes)} objects, {human_size(total)}"]
+    for depth, d, repeat in lines:
+        indent = "  " * min(depth + 1, _MAX_INDENT)
+        marker = f"[dim]{depth}>[/] " if depth + 1 > _MAX_INDENT else ""
+        text.append(f"{indent}{marker}{_label(nodes[d], repeat)}")
+    out.print("\n".join(text), soft_wrap=True)
     return 0
 
 
@@ -151,11 +176,14 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
         else:
             assert src.bundle is not None
             b = src.bundle.verify(progress=bar)
-            doc = {"ok": b["ok"], "objects": b["blobs"], "bytes": b["bytes"], "corrupt": b["corrupt"], "missing": []}
+            doc = {"ok": b["ok"], "objects": b["blobs"], "bytes": b["bytes"], "corrupt": b["corrupt"], "missing": [],
+                   "signer": src.bundle.signer}
     if args.json:
         _emit_json(doc)
     elif doc["ok"]:
         out.print(f"[green]ok[/]: {doc['objects']} objects, {human_size(doc['bytes'])} verified")
+        if src.bundle is not None:
+            out.print(f"signed by {doc['signer']}" if doc["signer"] else "not signed", soft_wrap=True)
     else:
         for d in doc["corrupt"]:
             out.print(f"[red]corrupt[/] {d}")
@@ -197,19 +225,23 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
         if store.get_ref(name) is None:
             raise UsageError(f"no ref named {name!r}")
     with ByteProgress(err, "exporting") as bar:
-        doc: dict[str, Any] = dict(store.export_bundle(args.refs or None, args.out, progress=bar))
+        doc: dict[str, Any] = dict(
+            store.export_bundle(args.refs or None, args.out, progress=bar, sign_with=args.sign)
+        )
     doc["path"] = args.out
+    doc["signed"] = args.sign is not None
     if args.json:
         _emit_json(doc)
     else:
-        out.print(f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}")
+        signed = ", signed" if args.sign else ""
+        out.print(f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}")
     return 0
 
 
 def cmd_import(args: argparse.Namespace, src: Source) -> int:
     store = src.need_store("import")
     with ByteProgress(err, "importing") as bar:
-        doc = store.import_bundle(args.bundle, progress=bar)
+        doc = store.import_bundle(args.bundle, progress=bar, trusted_keys=args.trusted_key)
     if args.json:
         _emit_json(doc)
     else:
@@ -244,6 +276,15 @@ def cmd_du(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
+def cmd_keygen(args: argparse.Namespace) -> int:
+    public = keygen(args.keyfile)
+    if args.json:
+        _emit_json({"keyfile": args.keyfile, "public_key": public})
+    else:
+        print(public)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace, src: Source) -> int:
     from .demo import run
 
@@ -256,7 +297,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--store", metavar="PATH", help="store directory, or a bundle file for read commands "
-        "(default: $PRECOMPILE_STORE, else beside Inductor's cache dir)",
+        "(default: $PRECOMPILE_STORE, else $XDG_CACHE_HOME/precompile or ~/.cache/precompile)",
     )
     parser.add_argument("--version", action="version", version=f"precompile {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -282,8 +323,14 @@ def _parser() -> argparse.ArgumentParser:
     export = command("export", cmd_export, "write refs and everything they reach to one bundle file")
     export.add_argument("out", help="the bundle file to write")
     export.add_argument("refs", nargs="*", help="refs to export (default: all)")
-    command("import", cmd_import, "unpack a bundle into the store (idempotent)").add_argument(
-        "bundle", help="the bundle file to read")
+    export.add_argument("--sign", metavar="KEYFILE", help="sign the bundle with this secret key (see keygen)")
+    imp = command("import", cmd_import, "unpack a bundle into the store (idempotent)")
+    imp.add_argument("bundle", help="the bundle file to read")
+    imp.add_argument("--trusted-key", action="append", metavar="KEY",
+                     help="accept only a bundle signed by this public key or key file (repeatable; "
+                     "default: $PRECOMPILE_TRUSTED_KEYS)")
+    command("keygen", cmd_keygen, "write a new secret signing key (mode 0600) and print its public key"
+            ).add_argument("keyfile", help="where to write the secret key (never overwritten)")
     command("du", cmd_du, "disk usage per ref: what deleting each would free")
     sub.add_parser(
         "demo", help="compile a model into the store, then warm-start it in a fresh process",
@@ -297,6 +344,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Runs the command line; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
+        if args.command == "keygen":  # needs no store
+            return cmd_keygen(args)
         src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "demo"))
         return int(args.func(args, src))
     except UsageError as e:

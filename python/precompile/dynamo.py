@@ -198,11 +198,18 @@ def install(
     layers: Sequence[Any] = (),
     enable: bool = True,
     save_on_exit: bool = True,
+    trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    shared_store: bool = False,
 ) -> StoreDynamoCache:
     """Make torch's precompile cache use a precompile store.
 
     `path` defaults to `default_store_path()`. `layers` are read-only stores
-    or bundles consulted after it. With `enable`, sets
+    or bundles consulted after it. With `trusted_keys` (public keys
+    `ed25519:<hex>` or files of them; default `$PRECOMPILE_TRUSTED_KEYS`),
+    every bundle layer must be signed by one of them: anything else raises
+    `UntrustedError` here, before a byte of it is read or unpickled. The
+    store at `path` must be the user's own unless `shared_store` (a setgid
+    directory shared with one of the user's groups). With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
     the previous installation.
@@ -212,7 +219,12 @@ def install(
 
     from .layers import open_layered
 
-    store = open_layered(os.fspath(path) if path is not None else default_store_path(), layers)
+    store = open_layered(
+        os.fspath(path) if path is not None else default_store_path(),
+        layers,
+        trusted_keys=trusted_keys,
+        shared=shared_store,
+    )
     cache = StoreDynamoCache(store)
     with _lock:
         if _active is not None:

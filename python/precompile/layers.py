@@ -18,16 +18,25 @@ from .protocols import BatchRead, ReadStore, WriteStore
 __all__ = ["LayeredStore", "open_layer", "open_layered", "writable_of"]
 
 
-def open_layer(layer: Any) -> Any:
-    """A read-only layer from a path (store dir or bundle file) or an open object."""
+def open_layer(layer: Any, trusted_keys: Sequence[Any] | None = None) -> Any:
+    """A read-only layer from a path (store dir or bundle file) or an open object.
+
+    A bundle must be signed by one of `trusted_keys` (default:
+    `$PRECOMPILE_TRUSTED_KEYS`; when neither names a key, none is required),
+    checked here, before anything of it is read. A store directory must be
+    the user's own (see `Store`).
+    """
     if not isinstance(layer, (str, os.PathLike)):
+        check = getattr(layer, "check_trusted", None)
+        if check is not None:
+            check(trusted_keys)
         return layer
     path = os.fspath(layer)
     if os.path.isdir(path):
         return Store(path, create=False)
     from .bundle import open_bundle
 
-    return open_bundle(path)
+    return open_bundle(path, trusted_keys=trusted_keys)
 
 
 class LayeredStore:
@@ -94,12 +103,19 @@ class LayeredStore:
         return getattr(self.writable, name)
 
 
-def open_layered(path: str, layers: Sequence[Any] = ()) -> Store | LayeredStore:
-    """The store at `path`, layered over `layers` when there are any."""
-    store = Store(path)
-    if not layers:
+def open_layered(
+    path: str, layers: Sequence[Any] = (), *, trusted_keys: Sequence[Any] | None = None, shared: bool = False
+) -> Store | LayeredStore:
+    """The store at `path`, layered over `layers` when there are any.
+
+    Every layer is opened (and a bundle's signature checked) before the
+    writable store is, so a refused layer leaves nothing behind.
+    """
+    opened = [open_layer(layer, trusted_keys) for layer in layers]
+    store = Store(path, shared=shared)
+    if not opened:
         return store
-    return LayeredStore(store, [open_layer(layer) for layer in layers])
+    return LayeredStore(store, opened)
 
 
 def writable_of(store: ReadStore) -> WriteStore:

@@ -34,8 +34,17 @@ def inductor_cache_dir() -> str:
 
 
 def default_store_path() -> str:
-    """`$PRECOMPILE_STORE`, else a directory beside Inductor's cache dir."""
+    """`$PRECOMPILE_STORE`, else `$XDG_CACHE_HOME/precompile`, else
+    `~/.cache/precompile`.
+
+    The store lives in the user's own cache directory, never at a predictable
+    name in a world-writable one such as /tmp, where another local user could
+    create it first and plant entries (loading an entry runs its code).
+    """
     env = os.environ.get("PRECOMPILE_STORE")
     if env:
         return env
-    return inductor_cache_dir().rstrip(os.sep) + "-precompile"
+    # The XDG spec says a relative $XDG_CACHE_HOME is invalid and must be ignored.
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "precompile")

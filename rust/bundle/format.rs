@@ -1,4 +1,4 @@
-//! The on-disk layout of a bundle file, format version 1.
+//! The on-disk layout of a bundle file, format versions 1 (unsigned) and 2 (signed).
 //!
 //! A bundle is one file holding a set of blobs (content-addressed by their blake3 digest)
 //! and a set of named refs into them. It is written once, renamed into place, and never
@@ -11,12 +11,13 @@
 //! data_offset       data_len     data region: raw blob bytes, each blob aligned
 //! index_offset      index_len    digest index
 //! refs_offset       refs_len     refs table
+//! sig_offset        sig_len      signature section (version 2 only; see `sign.rs`)
 //! file_len - 40     40           trailer
 //! ```
 //!
 //! The sections are contiguous and in this order (`data_offset` >= 128,
 //! `index_offset == data_offset + data_len`, `refs_offset == index_offset + index_len`,
-//! `file_len == refs_offset + refs_len + 40`), so there is no slack in the file that is
+//! `sig_offset == refs_offset + refs_len`, `file_len == sig_offset + sig_len + 40`), so there is no slack in the file that is
 //! neither hashed nor covered by a blob digest. The data region comes first because the
 //! writer streams blobs before it knows the index.
 //!
@@ -25,8 +26,8 @@
 //! ```text
 //! Header (128 bytes)
 //!   0   [u8; 8]  magic          b"PCBUNDLE"
-//!   8   u32      version        1
-//!   12  u32      flags          0; no flag is defined in v1 and a reader rejects any set bit
+//!   8   u32      version        1, or 2 for a signed bundle
+//!   12  u32      flags          0; no flag is defined and a reader rejects any set bit
 //!   16  u32      page_align     4096; a blob of at least this many bytes starts at a multiple of it
 //!   20  u32      min_align      64; every other blob starts at a multiple of it
 //!   24  u64      blob_count     N
@@ -37,7 +38,9 @@
 //!   64  u64      index_len      must equal 256*8 + N*32 + N*16
 //!   72  u64      refs_offset
 //!   80  u64      refs_len
-//!   88  [u8; 40] reserved       zero
+//!   88  u64      sig_offset     version 2: offset of the signature section; version 1: zero
+//!   96  u64      sig_len        version 2: its length (112 for ed25519); version 1: zero
+//!   104 [u8; 24] reserved       zero
 //!
 //! Index (like a git pack .idx v2)
 //!   fanout   256 x u64          fanout[b] = number of digests whose first byte is <= b;
@@ -51,6 +54,9 @@
 //!   R x { u16 name_len, [u8; name_len] name (UTF-8), [u8; 32] digest }
 //!                               sorted strictly by name bytes; each name is a valid ref name
 //!                               and each digest is in the index
+//!
+//! Signature section (version 2): see `sign.rs`. It signs blake3(header || index || refs
+//!   table), the same digest the trailer holds, so it covers every blob by digest.
 //!
 //! Trailer (40 bytes)
 //!   [u8; 32]  blake3(header || index || refs table)
@@ -67,6 +73,10 @@
 //! Integrity: the trailer hash covers everything except the data region, so any flipped byte
 //! in the metadata is caught at open. Blob bytes are covered by their own digests and checked
 //! by `verify_blob`/`verify_all`, not at open, so opening a large bundle stays O(metadata).
+//!
+//! Versions: a writer writes version 1 for an unsigned bundle, byte for byte what earlier
+//! builds wrote, so they still read it; version 2 only when it signs. A reader reads both
+//! and refuses any other version.
 
 use super::format_error;
 use crate::error::Error;
@@ -75,8 +85,10 @@ use crate::error::Error;
 pub const MAGIC: [u8; 8] = *b"PCBUNDLE";
 /// Magic bytes at the very end of every bundle.
 pub const END_MAGIC: [u8; 8] = *b"PCBEND\0\0";
-/// The format version this crate writes and reads.
+/// The format version of an unsigned bundle.
 pub const VERSION: u32 = 1;
+/// The format version of a signed bundle: version 1 plus a signature section.
+pub const VERSION_SIGNED: u32 = 2;
 /// Size of the fixed header.
 pub const HEADER_LEN: usize = 128;
 /// Size of the trailer: a blake3 hash plus [`END_MAGIC`].
@@ -110,14 +122,22 @@ pub(crate) struct Header {
     pub index_len: u64,
     pub refs_offset: u64,
     pub refs_len: u64,
+    /// Zero in an unsigned (version 1) bundle.
+    pub sig_offset: u64,
+    pub sig_len: u64,
 }
 
 impl Header {
-    /// Serializes the header; version and flags are always the current ones.
+    /// Serializes the header: version 2 when it has a signature section, else version 1.
     pub fn encode(&self) -> [u8; HEADER_LEN] {
         let mut out = [0u8; HEADER_LEN];
         out[0..8].copy_from_slice(&MAGIC);
-        out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+        let version = if self.sig_len == 0 {
+            VERSION
+        } else {
+            VERSION_SIGNED
+        };
+        out[8..12].copy_from_slice(&version.to_le_bytes());
         out[12..16].copy_from_slice(&0u32.to_le_bytes());
         out[16..20].copy_from_slice(&self.page_align.to_le_bytes());
         out[20..24].copy_from_slice(&self.min_align.to_le_bytes());
@@ -130,6 +150,8 @@ impl Header {
             self.index_len,
             self.refs_offset,
             self.refs_len,
+            self.sig_offset,
+            self.sig_len,
         ];
         for (i, w) in words.iter().enumerate() {
             out[24 + 8 * i..32 + 8 * i].copy_from_slice(&w.to_le_bytes());
@@ -144,17 +166,28 @@ impl Header {
             return Err(format_error("bad magic: not a bundle file"));
         }
         let version = read_u32(bytes, 8);
-        if version != VERSION {
+        if version != VERSION && version != VERSION_SIGNED {
             return Err(format_error(format!(
-                "unsupported bundle format version {version} (this build reads version {VERSION})"
+                "unsupported bundle format version {version} (this build reads versions {VERSION} and {VERSION_SIGNED})"
             )));
         }
         let flags = read_u32(bytes, 12);
         if flags != 0 {
             return Err(format_error(format!("unknown header flags {flags:#x}")));
         }
-        if bytes[88..].iter().any(|&b| b != 0) {
+        let reserved_from = if version == VERSION { 88 } else { 104 };
+        if bytes[reserved_from..].iter().any(|&b| b != 0) {
             return Err(format_error("reserved header bytes are not zero"));
+        }
+        let (sig_offset, sig_len) = if version == VERSION {
+            (0, 0)
+        } else {
+            (read_u64(bytes, 88), read_u64(bytes, 96))
+        };
+        if version == VERSION_SIGNED && sig_len != super::sign::SIGNATURE_LEN as u64 {
+            return Err(format_error(format!(
+                "bad signature section length {sig_len}"
+            )));
         }
         Ok(Header {
             page_align: read_u32(bytes, 16),
@@ -167,6 +200,8 @@ impl Header {
             index_len: read_u64(bytes, 64),
             refs_offset: read_u64(bytes, 72),
             refs_len: read_u64(bytes, 80),
+            sig_offset,
+            sig_len,
         })
     }
 
@@ -201,19 +236,28 @@ impl Header {
         let data_end = self.data_offset.checked_add(self.data_len);
         let index_end = self.index_offset.checked_add(self.index_len);
         let refs_end = self.refs_offset.checked_add(self.refs_len);
-        let file_end = refs_end.and_then(|e| e.checked_add(TRAILER_LEN as u64));
+        let sig_offset = if self.sig_len == 0 {
+            refs_end
+        } else {
+            Some(self.sig_offset)
+        };
+        let sig_end = sig_offset.and_then(|o| o.checked_add(self.sig_len));
+        let file_end = sig_end.and_then(|e| e.checked_add(TRAILER_LEN as u64));
         if data_end != Some(self.index_offset)
             || index_end != Some(self.refs_offset)
+            || sig_offset != refs_end
             || file_end != Some(file_len)
         {
             return Err(format_error(format!(
-                "sections do not tile the file ({file_len} bytes): data {}+{}, index {}+{}, refs {}+{}",
+                "sections do not tile the file ({file_len} bytes): data {}+{}, index {}+{}, refs {}+{}, signature {}+{}",
                 self.data_offset,
                 self.data_len,
                 self.index_offset,
                 self.index_len,
                 self.refs_offset,
-                self.refs_len
+                self.refs_len,
+                self.sig_offset,
+                self.sig_len
             )));
         }
         // The refs table is at least its count prefix plus R minimal entries; checking it here

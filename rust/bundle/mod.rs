@@ -8,6 +8,7 @@ pub mod format;
 mod index;
 mod reader;
 mod refs;
+pub mod sign;
 mod verify;
 mod walk;
 mod writer;
@@ -17,12 +18,15 @@ mod tests;
 #[cfg(test)]
 mod tests_malformed;
 #[cfg(test)]
+mod tests_sign;
+#[cfg(test)]
 mod tests_writer;
 
 use std::path::Path;
 
 pub use reader::{BlobView, Bundle};
 pub use refs::{validate_ref_name, MAX_REF_NAME_LEN};
+pub use sign::{PublicKey, SecretKey, TrustedKeys};
 pub use verify::VerifyReport;
 pub use writer::{BundleSummary, BundleWriter};
 

@@ -8,6 +8,7 @@ use memmap2::Mmap;
 
 use super::format::{trailer_hash, Header, END_MAGIC, HEADER_LEN, TRAILER_LEN};
 use super::index::Index;
+use super::sign::{self, PublicKey, TrustedKeys};
 use super::{format_error, io_error, missing_error, refs};
 use crate::error::Error;
 
@@ -39,6 +40,7 @@ pub(crate) struct Inner {
     pub map: Arc<Mmap>,
     pub index: Index,
     pub refs: Vec<(String, [u8; 32])>,
+    pub signer: Option<PublicKey>,
 }
 
 impl Bundle {
@@ -50,6 +52,19 @@ impl Bundle {
     /// mapped. Bundles are written to a temporary file and renamed into place, never changed
     /// in place, so this holds unless another program truncates or rewrites the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle, Error> {
+        Self::open_trusted(path, None)
+    }
+
+    /// [`open`](Self::open), refusing with `Error::Untrusted` a bundle that `trust` does not
+    /// accept: unsigned, signed by a key not in it, or changed after signing.
+    ///
+    /// The signature is checked as soon as the header has proved that the sections lie
+    /// inside the file, before the index or the refs are parsed and before any blob is
+    /// handed out. A signature that is present is always checked, with or without `trust`.
+    pub fn open_trusted(
+        path: impl AsRef<Path>,
+        trust: Option<&TrustedKeys>,
+    ) -> Result<Bundle, Error> {
         let path = path.as_ref().to_path_buf();
         // Not File::open: a FIFO would block the open forever, and a device
         // (`/dev/zero`) would map endless bytes. Regular files only.
@@ -67,7 +82,7 @@ impl Bundle {
         // mapping's own length, so a file that changed size since `metadata` cannot make
         // them go out of range.
         let map = unsafe { Mmap::map(&file) }.map_err(|e| io_error(&path, e))?;
-        let inner = validate(path, map)?;
+        let inner = validate(path, map, trust)?;
         Ok(Bundle {
             inner: Arc::new(inner),
         })
@@ -137,6 +152,11 @@ impl Bundle {
         (0..self.len()).map(move |i| self.inner.index.digest(map, i))
     }
 
+    /// The key whose valid signature the bundle carries, or `None` if it is unsigned.
+    pub fn signer(&self) -> Option<&PublicKey> {
+        self.inner.signer.as_ref()
+    }
+
     /// All refs as (name, digest), sorted by name.
     pub fn refs(&self) -> &[(String, [u8; 32])] {
         &self.inner.refs
@@ -203,7 +223,7 @@ impl AsRef<[u8]> for BlobView {
 
 /// Checks everything outside the data region; the order is cheapest-first, and each step
 /// only relies on what the steps before it established.
-fn validate(path: PathBuf, map: Mmap) -> Result<Inner, Error> {
+fn validate(path: PathBuf, map: Mmap, trust: Option<&TrustedKeys>) -> Result<Inner, Error> {
     let file_len = map.len();
     if file_len < HEADER_LEN + TRAILER_LEN {
         return Err(format_error(format!(
@@ -219,15 +239,30 @@ fn validate(path: PathBuf, map: Mmap) -> Result<Inner, Error> {
         ));
     }
     header.check_layout(file_len as u64)?;
-    // decode() proved index_offset..file_len - TRAILER_LEN is exactly index + refs.
-    let index_and_refs = &map[header.index_offset as usize..file_len - TRAILER_LEN];
-    if trailer_hash(header_bytes, index_and_refs) != trailer[..32] {
+    // check_layout() proved index_offset..sig_end is exactly index + refs + signature.
+    let sig_start = file_len - TRAILER_LEN - header.sig_len as usize;
+    let index_and_refs = &map[header.index_offset as usize..sig_start];
+    let digest = trailer_hash(header_bytes, index_and_refs);
+    // Authorship before integrity: a tampered bundle whose trailer was recomputed is
+    // refused here as untrusted, and nothing below runs on bytes nobody vouched for.
+    let signer = match header.sig_len {
+        0 => None,
+        _ => Some(sign::verify_section(
+            &map[sig_start..file_len - TRAILER_LEN],
+            &digest,
+            &path,
+        )?),
+    };
+    if let Some(trust) = trust {
+        trust.check(signer.as_ref(), &path)?;
+    }
+    if digest != trailer[..32] {
         return Err(format_error(
             "trailer hash mismatch: bundle metadata is corrupt",
         ));
     }
     let index = Index::validate(&map, &header)?;
-    let refs_table = &map[header.refs_offset as usize..file_len - TRAILER_LEN];
+    let refs_table = &map[header.refs_offset as usize..sig_start];
     let refs = refs::parse(refs_table, header.ref_count, |d| {
         index.find(&map, d).is_some()
     })?;
@@ -236,5 +271,6 @@ fn validate(path: PathBuf, map: Mmap) -> Result<Inner, Error> {
         map: Arc::new(map),
         index,
         refs,
+        signer,
     })
 }

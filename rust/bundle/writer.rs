@@ -7,6 +7,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::format::{self, Header, HEADER_LEN, MIN_ALIGN, PAGE_ALIGN};
+use super::sign::{SecretKey, SIGNATURE_LEN};
 use super::{corrupt_error, index, io_error, missing_error, refs};
 use crate::error::Error;
 
@@ -197,7 +198,13 @@ impl BundleWriter {
     /// into place (then fsyncs the directory so the rename survives a crash).
     ///
     /// A ref whose blob was never added is `Error::Missing`.
-    pub fn finish(mut self) -> Result<BundleSummary, Error> {
+    pub fn finish(self) -> Result<BundleSummary, Error> {
+        self.finish_signed(None)
+    }
+
+    /// [`finish`](Self::finish), signing the header, index and refs table with `key` when
+    /// given (format version 2; see `sign.rs`).
+    pub fn finish_signed(mut self, key: Option<&SecretKey>) -> Result<BundleSummary, Error> {
         self.check_usable()?;
         if let Some(digest) = self.refs.values().find(|d| !self.blobs.contains_key(*d)) {
             return Err(missing_error(digest));
@@ -212,6 +219,7 @@ impl BundleWriter {
         let index_len = tail.len() as u64;
         let refs_bytes = refs::encode(&self.refs);
         tail.extend_from_slice(&refs_bytes);
+        let sig_offset = self.pos + tail.len() as u64;
 
         let header = Header {
             page_align: PAGE_ALIGN,
@@ -224,9 +232,19 @@ impl BundleWriter {
             index_len,
             refs_offset: self.pos + index_len,
             refs_len: refs_bytes.len() as u64,
+            sig_offset: if key.is_some() { sig_offset } else { 0 },
+            sig_len: if key.is_some() {
+                SIGNATURE_LEN as u64
+            } else {
+                0
+            },
         };
         let header_bytes = header.encode();
-        tail.extend_from_slice(&format::trailer_hash(&header_bytes, &tail));
+        let digest = format::trailer_hash(&header_bytes, &tail);
+        if let Some(key) = key {
+            tail.extend_from_slice(&key.sign_section(&digest));
+        }
+        tail.extend_from_slice(&digest);
         tail.extend_from_slice(&format::END_MAGIC);
         let bytes = self.pos + tail.len() as u64;
 

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
 use super::{parse_digest, progress, PyBlob, GIL_RELEASE_MIN};
-use crate::bundle::Bundle;
+use crate::bundle::{Bundle, SecretKey, TrustedKeys};
 use crate::error::Error;
 use crate::hash::{hash_bytes, Digest};
 use crate::store::{Blob, Manifest, Store};
@@ -22,6 +22,25 @@ fn raw_digest(hex: &str) -> PyResult<[u8; 32]> {
 
 fn hex(raw: &[u8; 32]) -> String {
     Digest::from(blake3::Hash::from_bytes(*raw)).to_hex()
+}
+
+/// The keys a call trusts: those given, else `$PRECOMPILE_TRUSTED_KEYS`;
+/// `None` when neither names any, and no signature is then required.
+fn resolve_trust(keys: Option<Vec<PathBuf>>) -> Result<Option<TrustedKeys>, Error> {
+    match keys {
+        None => TrustedKeys::from_env(),
+        Some(keys) => {
+            let specs = keys
+                .iter()
+                .map(|k| {
+                    k.to_str().map(str::to_owned).ok_or_else(|| {
+                        Error::InvalidKey(format!("{} is not valid UTF-8", k.display()))
+                    })
+                })
+                .collect::<Result<Vec<_>, Error>>()?;
+            TrustedKeys::from_specs(&specs).map(Some)
+        }
+    }
 }
 
 fn missing(raw: &[u8; 32]) -> Error {
@@ -81,6 +100,24 @@ impl PyBundle {
     #[getter]
     fn path(&self) -> PathBuf {
         self.bundle.path().to_path_buf()
+    }
+
+    /// The public key (`ed25519:<hex>`) whose valid signature the bundle
+    /// carries, or None when it is unsigned.
+    #[getter]
+    fn signer(&self) -> Option<String> {
+        self.bundle.signer().map(|k| k.to_string())
+    }
+
+    /// Raises UntrustedError unless the bundle is signed by one of
+    /// `trusted_keys` (default: $PRECOMPILE_TRUSTED_KEYS; when that is unset
+    /// too, nothing is required).
+    #[pyo3(signature = (trusted_keys = None))]
+    fn check_trusted(&self, trusted_keys: Option<Vec<PathBuf>>) -> PyResult<()> {
+        if let Some(trust) = resolve_trust(trusted_keys)? {
+            trust.check(self.bundle.signer(), self.bundle.path())?;
+        }
+        Ok(())
     }
 
     /// Whether the bundle holds the blob `digest`.
@@ -225,10 +262,24 @@ impl PyBundle {
 /// Maps the bundle at `path` read-only after validating its metadata
 /// (FormatError if malformed). With `verify`, each blob is checked against
 /// its digest the first time it is read.
+///
+/// `trusted_keys` (public keys `ed25519:<hex>` or files of them; default:
+/// $PRECOMPILE_TRUSTED_KEYS) makes a signature by one of them required: an
+/// unsigned bundle, one signed by another key, or one changed after signing
+/// raises UntrustedError here, before anything of it is used. Blobs of a
+/// trusted bundle are always verified when read, whatever `verify` says.
 #[pyfunction]
-#[pyo3(signature = (path, *, verify = true))]
-pub fn open_bundle(py: Python<'_>, path: PathBuf, verify: bool) -> PyResult<PyBundle> {
-    let bundle = py.detach(|| Bundle::open(&path))?;
+#[pyo3(signature = (path, *, verify = true, trusted_keys = None))]
+pub fn open_bundle(
+    py: Python<'_>,
+    path: PathBuf,
+    verify: bool,
+    trusted_keys: Option<Vec<PathBuf>>,
+) -> PyResult<PyBundle> {
+    let trust = resolve_trust(trusted_keys)?;
+    // The signature vouches for blobs only through their digests.
+    let verify = verify || trust.is_some();
+    let bundle = py.detach(|| Bundle::open_trusted(&path, trust.as_ref()))?;
     Ok(PyBundle {
         bundle,
         verify,
@@ -238,6 +289,13 @@ pub fn open_bundle(py: Python<'_>, path: PathBuf, verify: bool) -> PyResult<PyBu
     })
 }
 
+/// Writes a new secret key to `path` (mode 0600; an existing file is never
+/// overwritten) and returns its public key, `ed25519:<64 hex>`.
+#[pyfunction]
+pub fn keygen(path: PathBuf) -> PyResult<String> {
+    Ok(SecretKey::generate(&path)?.public().to_string())
+}
+
 /// `Store.export_bundle`: all refs when `refs` is None.
 pub(super) fn export<'py>(
     py: Python<'py>,
@@ -245,13 +303,16 @@ pub(super) fn export<'py>(
     refs: Option<Vec<String>>,
     path: PathBuf,
     callback: Option<&Bound<'py, PyAny>>,
+    sign_with: Option<PathBuf>,
 ) -> PyResult<Bound<'py, PyDict>> {
+    // Load the key first: a bad key file must not cost a whole export.
+    let key = sign_with.map(|k| SecretKey::load(&k)).transpose()?;
     let summary = progress::run(py, callback, |p| {
         let names = match refs {
             Some(names) => names,
             None => store.refs("")?,
         };
-        store.export_bundle_with(&names, &path, p)
+        store.export_bundle_with(&names, &path, key.as_ref(), p)
     })?;
     let d = PyDict::new(py);
     d.set_item("blobs", summary.blobs)?;
@@ -266,8 +327,12 @@ pub(super) fn import<'py>(
     store: &Store,
     path: PathBuf,
     callback: Option<&Bound<'py, PyAny>>,
+    trusted_keys: Option<Vec<PathBuf>>,
 ) -> PyResult<Bound<'py, PyDict>> {
-    let r = progress::run(py, callback, |p| store.import_bundle_with(&path, p))?;
+    let trust = resolve_trust(trusted_keys)?;
+    let r = progress::run(py, callback, |p| {
+        store.import_bundle_with(&path, trust.as_ref(), p)
+    })?;
     let d = PyDict::new(py);
     d.set_item("objects_new", r.objects_new)?;
     d.set_item("objects_present", r.objects_present)?;

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::bundle::{Bundle, BundleSummary, BundleWriter};
+use crate::bundle::{Bundle, BundleSummary, BundleWriter, SecretKey, TrustedKeys};
 use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::lock::LockMode;
@@ -95,15 +95,17 @@ impl Store {
     /// packed; writers carry on. The bundle appears at `path` complete or
     /// not at all.
     pub fn export_bundle(&self, names: &[String], path: &Path) -> Result<BundleSummary> {
-        self.export_bundle_with(names, path, &Progress::new())
+        self.export_bundle_with(names, path, None, &Progress::new())
     }
 
-    /// [`export_bundle`](Self::export_bundle), counting copied bytes into
-    /// `progress` and stopping (leaving no file) once it is cancelled.
+    /// [`export_bundle`](Self::export_bundle), signed with `sign` when
+    /// given, counting copied bytes into `progress` and stopping (leaving no
+    /// file) once it is cancelled.
     pub fn export_bundle_with(
         &self,
         names: &[String],
         path: &Path,
+        sign: Option<&SecretKey>,
         progress: &Progress,
     ) -> Result<BundleSummary> {
         let _lock = self.lock(LockMode::Shared)?;
@@ -137,7 +139,7 @@ impl Store {
         for (name, digest) in &named {
             writer.add_ref(name, *digest.as_bytes())?;
         }
-        writer.finish()
+        writer.finish_signed(sign)
     }
 
     /// Unpacks the bundle at `path` into the store: every blob the store
@@ -160,14 +162,20 @@ impl Store {
     /// stop the others: every ref that can be set is, then the call fails
     /// with `Error::RefConflicts` naming each one that could not.
     pub fn import_bundle(&self, path: &Path) -> Result<ImportReport> {
-        self.import_bundle_with(path, &Progress::new())
+        self.import_bundle_with(path, None, &Progress::new())
     }
 
-    /// [`import_bundle`](Self::import_bundle), counting processed bytes into
-    /// `progress`; once it is cancelled the call fails with `Interrupted`,
-    /// having set no ref.
-    pub fn import_bundle_with(&self, path: &Path, progress: &Progress) -> Result<ImportReport> {
-        let bundle = Bundle::open(path)?;
+    /// [`import_bundle`](Self::import_bundle), refusing a bundle that
+    /// `trust` does not accept (`Error::Untrusted`, before anything is
+    /// written), and counting processed bytes into `progress`; once it is
+    /// cancelled the call fails with `Interrupted`, having set no ref.
+    pub fn import_bundle_with(
+        &self,
+        path: &Path,
+        trust: Option<&TrustedKeys>,
+        progress: &Progress,
+    ) -> Result<ImportReport> {
+        let bundle = Bundle::open_trusted(path, trust)?;
         let digests: Vec<[u8; 32]> = bundle.digests().copied().collect();
         let sizes = |raw: &[u8; 32]| bundle.locate(raw).map_or(0, |(_, len)| len as u64);
         progress.set_total(digests.iter().map(sizes).sum());

@@ -23,6 +23,7 @@ pub mod layout;
 pub mod manifest;
 mod mark;
 mod objects;
+mod owner;
 pub mod refs;
 mod stats;
 #[cfg(test)]
@@ -67,6 +68,10 @@ pub struct Options {
     /// mtime when it is older than this; half the default grace period, so
     /// the writer keeps at least that long to reference what it wrote.
     pub freshen_after: Duration,
+    /// Accept a store shared with other users: owned by someone else, or
+    /// writable by a group of ours through a setgid directory (see
+    /// `owner.rs`). Otherwise a store must be this user's alone.
+    pub shared: bool,
 }
 
 impl Default for Options {
@@ -76,6 +81,7 @@ impl Default for Options {
             create: true,
             lock_timeout: Duration::from_secs(30),
             freshen_after: DEFAULT_GC_GRACE / 2,
+            shared: false,
         }
     }
 }
@@ -93,11 +99,18 @@ pub struct Store {
 
 impl Store {
     /// Opens (or with `options.create`, creates) the store at `path`.
+    ///
+    /// A store owned by another user or writable by others is refused
+    /// with `Error::Untrusted` unless `options.shared` accepts it; the
+    /// check runs before anything in it is touched, and again once it
+    /// exists, in case another user created the directory meanwhile.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref();
         let root = std::path::absolute(path).at(path)?;
+        owner::check(&root, options.shared)?;
         let layout = Layout::new(root);
         let dirs = layout.open(options.create)?;
+        owner::check(layout.root(), options.shared)?;
         Ok(Store {
             layout,
             dirs,

@@ -167,7 +167,7 @@ fn cancelled_export_leaves_nothing() {
     let progress = Progress::new();
     progress.cancel();
     let err = s
-        .export_bundle_with(&names(&["dynamo/a"]), &path, &progress)
+        .export_bundle_with(&names(&["dynamo/a"]), &path, None, &progress)
         .unwrap_err();
     assert!(
         matches!(err, Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::Interrupted)
@@ -175,7 +175,7 @@ fn cancelled_export_leaves_nothing() {
     assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
 
     let ok = Progress::new();
-    s.export_bundle_with(&names(&["dynamo/a"]), &path, &ok)
+    s.export_bundle_with(&names(&["dynamo/a"]), &path, None, &ok)
         .unwrap();
     let a = s.get_ref("dynamo/a").unwrap().unwrap();
     assert_eq!(ok.total(), 10_000 + 6 + s.get(&a).unwrap().len() as u64);
