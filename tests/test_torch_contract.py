@@ -221,3 +221,27 @@ def test_an_entry_that_cannot_install_is_a_miss_with_a_warning(store: Path) -> N
     torch.testing.assert_close(out, _sin_cos(x))
     assert counters["precompile"]["install_failed"] == 1
     assert any(issubclass(w.category, precompile.PrecompileWarning) for w in caught)
+
+
+def test_ls_and_show_name_the_function(store: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    _sin_cos, _cos_plus, _with_break = _functions()
+    torch.compile(_sin_cos)(torch.randn(3, 2))
+    PrecompileContext.save_to_dynamo_cache()
+    cli = [sys.executable, "-m", "precompile", "--store", str(store)]
+    listed = json.loads(subprocess.run([*cli, "ls", "--json"], capture_output=True, check=True).stdout)
+    (ref,) = listed
+    assert ref["entry"]["function"] == "_functions.<locals>.sin_cos"
+    assert ref["entry"]["file"] == __file__
+    assert ref["entry"]["device"] == "cpu"
+    wide = {**os.environ, "COLUMNS": "300"}
+    table = subprocess.run([*cli, "ls"], capture_output=True, text=True, check=True, env=wide).stdout
+    assert "sin_cos" in table and "test_torch_contract.py:" in table
+    shown = subprocess.run(
+        [*cli, "show", ref["name"]], capture_output=True, text=True, check=True, env=wide
+    ).stdout
+    assert "_functions.<locals>.sin_cos" in shown and f"torch {torch.__version__}" in shown

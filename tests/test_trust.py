@@ -20,7 +20,7 @@ TRAILER = 40
 
 
 def offsets(data: bytes) -> dict[str, int]:
-    """Section offsets from a bundle header (see docs/FORMAT-signing.md)."""
+    """Section offsets from a bundle header (see docs/FORMAT.md, bundle signatures)."""
     index_offset, _, refs_offset, refs_len, sig_offset, sig_len = struct.unpack_from("<6Q", data, 56)
     return {"index": index_offset, "refs": refs_offset, "refs_end": refs_offset + refs_len,
             "sig": sig_offset, "sig_len": sig_len}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +37,7 @@ from ._cli_views import (
     parse_size,
 )
 from ._core import FormatError, StoreError, __version__, keygen
+from .schema import EntryMeta, parse_meta
 
 __all__ = ["main"]
 
@@ -47,16 +49,49 @@ def _emit_json(doc: Any) -> None:
     print(json.dumps(doc, indent=2, sort_keys=True))
 
 
+def _entry_info(src: Source, digest: str) -> dict[str, Any] | None:
+    """What a person looks for in an entry: function, source, device, versions."""
+    try:
+        _, meta = src.manifest(digest)
+        entry = parse_meta(meta)
+    except StoreError:
+        return None
+    if not isinstance(entry, EntryMeta):
+        return None
+    return {
+        "function": entry.source.qualname,
+        "file": entry.source.file,
+        "line": entry.source.line,
+        "device": entry.device_type,
+        "torch": entry.torch,
+        "triton": entry.triton,
+        "backends": len(entry.backends),
+    }
+
+
+def _where(info: dict[str, Any] | None) -> str:
+    if info is None or not info["file"]:
+        return ""
+    return f"{os.path.basename(info['file'])}:{info['line']}"
+
+
 def cmd_ls(args: argparse.Namespace, src: Source) -> int:
     refs = [r for r in src.usage()["refs"] if r["name"].startswith(args.prefix)]
+    for r in refs:
+        r["entry"] = _entry_info(src, r["digest"])
     if args.json:
         _emit_json(refs)
         return 0
-    table = Table("ref", "entry", "objects", "size", "unique", "last used", box=None)
+    table = Table(
+        "ref", "function", "source", "device", "torch", "objects", "size", "unique", "last used",
+        box=None,
+    )
     for r in refs:
+        info = r["entry"] or {}
         table.add_row(
-            escape(r["name"]), r["digest"][:12], str(r["objects"]), human_size(r["bytes"]),
-            human_size(r["unique_bytes"]), human_age(r["mtime"]),
+            escape(r["name"]), escape(info.get("function") or ""), escape(_where(r["entry"])),
+            info.get("device") or "", info.get("torch") or "", str(r["objects"]),
+            human_size(r["bytes"]), human_size(r["unique_bytes"]), human_age(r["mtime"]),
         )
     out.print(table if refs else "no refs")
     return 0
@@ -116,11 +151,18 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
     if args.json:
         # A flat list, each node once: nesting would repeat shared nodes and
         # nest as deep as the manifests do.
-        doc = {"ref": args.ref, "root": digest, "objects": len(nodes), "total_bytes": total,
-               "nodes": list(nodes.values())}
+        doc = {"ref": args.ref, "root": digest, "entry": _entry_info(src, digest),
+               "objects": len(nodes), "total_bytes": total, "nodes": list(nodes.values())}
         _emit_json(doc)
         return 0
     text = [f"[bold]{escape(args.ref)}[/]  {len(nodes)} objects, {human_size(total)}"]
+    info = _entry_info(src, digest)
+    if info is not None:
+        versions = f"torch {info['torch']}" + (f", triton {info['triton']}" if info["triton"] else "")
+        text.append(
+            f"  {escape(info['function'] or '?')}  {escape(info['file'] or '?')}:{info['line']}  "
+            f"{info['device']}, {versions}, {info['backends']} backends"
+        )
     for depth, d, repeat in lines:
         indent = "  " * min(depth + 1, _MAX_INDENT)
         marker = f"[dim]{depth}>[/] " if depth + 1 > _MAX_INDENT else ""
