@@ -68,6 +68,11 @@ def child(args: argparse.Namespace) -> None:
                 spent[0] += time.perf_counter() - t
 
         cache.load = timed_load  # type: ignore[method-assign]
+        # torch's DynamoCache serves through the cache's methods as bound at
+        # install(): bind the timed one.
+        from precompile import _torch_compat
+
+        _torch_compat.swap_dynamo_cache(cache)
     out: dict = {}
     if args.model == "shared":
         sys.path.insert(0, args.work)

@@ -87,7 +87,10 @@ def test_cuda_graph_break_heavy_model_loads_every_graph(tmp_path: Path) -> None:
     env["PRECOMPILE_TEST_STANCE"] = "fail_on_recompile"
     assert a["report"]["missing_backends"] == 0, a["report"]
     assert a["report"]["backends"] == 24
-    assert a["report"]["unique_backends"] == 1
+    # The first graph's Triton autotuners record their autotuning result;
+    # the 23 served from the FX-graph cache record a cache read. Otherwise
+    # equal, the 23 share one backend manifest.
+    assert a["report"]["unique_backends"] <= 2
     b = run_scenario("cuda_breaks", "load", store, tmp_path, env)
     torch.testing.assert_close(a["outputs"][0], b["outputs"][0], rtol=0, atol=0)
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
