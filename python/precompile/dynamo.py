@@ -72,6 +72,13 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
         _record_for_mega_cache(path, cache_entry)
+        self.push([path])
+
+    def push(self, keys: Sequence[str]) -> None:
+        """Upload saved entries to the remote, if there is one; a fault only warns."""
+        remote = getattr(self.store, "remote", None)
+        if remote is not None:
+            remote.push([ref_name(k) for k in keys])
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
@@ -176,13 +183,17 @@ def install(
     path: str | os.PathLike[str] | None = None,
     *,
     layers: Sequence[Any] = (),
+    remote: Any = None,
     enable: bool = True,
     save_on_exit: bool = True,
 ) -> StoreDynamoCache:
     """Make torch's precompile cache use a precompile store.
 
     `path` defaults to `default_store_path()`. `layers` are read-only stores
-    or bundles consulted after it. With `enable`, sets
+    or bundles consulted after it. `remote` (a URL such as
+    `redis://host:6379/0` or `redis+cluster://host:7000`, or a
+    `precompile.remote.Remote`; default `$PRECOMPILE_REMOTE`) is read last and
+    receives every save; see `precompile.remote_layer`. With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
     the previous installation.
@@ -191,8 +202,10 @@ def install(
     import torch
 
     from .layers import open_layered
+    from .remote import open_remote
 
-    store = open_layered(os.fspath(path) if path is not None else default_store_path(), layers)
+    remote = open_remote(remote, counters=tc.counters["precompile_remote"])
+    store = open_layered(os.fspath(path) if path is not None else default_store_path(), layers, remote)
     cache = StoreDynamoCache(store)
     with _lock:
         if _active is not None:
@@ -248,8 +261,10 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
-        store = _active.cache.writable
-    return save_context(store, on_written)
+        cache = _active.cache
+    report = save_context(cache.writable, on_written)
+    cache.push(list(report.entries))
+    return report
 
 
 def _save_at_exit() -> None:

@@ -32,6 +32,9 @@ def open_layer(layer: Any) -> Any:
 class LayeredStore:
     """The store API over a writable store and read-only layers."""
 
+    # The `RemoteLayer` among the layers, which saves also push to.
+    remote: Any = None
+
     def __init__(self, writable: Store, layers: Sequence[Any]) -> None:
         self.writable = writable
         self.layers = tuple(layers)
@@ -91,9 +94,17 @@ class LayeredStore:
         return getattr(self.writable, name)
 
 
-def open_layered(path: str, layers: Sequence[Any] = ()) -> Any:
-    """The store at `path`, layered over `layers` when there are any."""
+def open_layered(path: str, layers: Sequence[Any] = (), remote: Any = None) -> Any:
+    """The store at `path`, layered over `layers` and then `remote` (a `Remote`), if any."""
     store = Store(path)
-    if not layers:
+    if not layers and remote is None:
         return store
-    return LayeredStore(store, [open_layer(layer) for layer in layers])
+    opened = [open_layer(layer) for layer in layers]
+    if remote is not None:
+        from .remote_layer import RemoteLayer
+
+        opened.append(RemoteLayer(remote, store))
+    layered = LayeredStore(store, opened)
+    if remote is not None:
+        layered.remote = opened[-1]
+    return layered
