@@ -404,3 +404,15 @@ def test_a_cluster_through_the_same_url_interface(
     layer = RemoteLayer(Remote(redis_cluster.url), _store(tmp_path, "c"))
     assert layer.get_ref("dynamo/e0") == refs["dynamo/e0"]
     assert remote_gc(remote, grace_seconds=0)["objects_freed"] == 0
+
+
+def test_namespaces_and_layout_version_keep_remotes_apart(
+    redis_server: Any, tmp_path: Path
+) -> None:
+    src = _store(tmp_path, "a")
+    make_entries(src, 1)
+    push(src, Remote(redis_server.url + "?namespace=team-a"))
+    assert Remote(redis_server.url + "?namespace=team-b").refs() == []
+    assert Remote(redis_server.url + "?namespace=team-a").refs() == ["dynamo/e0"]
+    keys = {k.decode() for k in redis_server.client().scan_iter()}
+    assert keys and all(k.startswith("team-a:v1:") for k in keys)
