@@ -272,9 +272,12 @@ def _row(label: str, runs: list[dict[str, Any]]) -> str:
     hits = [
         r["counters"].get("dynamo_cache", {}).get("dynamo_cache_hit", 0) for r in runs
     ]
+    fx_hits = [
+        r["counters"].get("inductor", {}).get("fxgraph_cache_hit", 0) for r in runs
+    ]
     return (
         f"{label:<38}{len(runs):>6}{statistics.median(t):>10.2f}{min(t):>9.2f}{max(t):>9.2f}"
-        f"{statistics.median(pulled):>14,.0f}{compilers:>10}{min(hits):>8}"
+        f"{statistics.median(pulled):>14,.0f}{compilers:>10}{min(hits):>8}{min(fx_hits):>9}"
     )
 
 
@@ -297,7 +300,7 @@ def print_table(res: dict[str, Any]) -> None:
     )
     print("\nfresh hosts: torch.compile + first call, summed over the models, seconds")
     print(
-        f"{'':<38}{'hosts':>6}{'median':>10}{'min':>9}{'max':>9}{'bytes pulled':>14}{'compiler':>10}{'hits':>8}"
+        f"{'':<38}{'hosts':>6}{'median':>10}{'min':>9}{'max':>9}{'bytes pulled':>14}{'compiler':>10}{'hits':>8}{'fx hits':>9}"
     )
     print(_row("precompile remote, one after another", res["precompile_seq"]))
     print(_row("precompile remote, all at once", res["precompile_par"]))

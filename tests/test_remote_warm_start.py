@@ -23,6 +23,31 @@ from warm_start import counter, run_scenario
 pytestmark = pytest.mark.torch
 
 
+def test_install_takes_a_remote_url_or_the_environment(
+    redis_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import precompile
+
+    monkeypatch.delenv("PRECOMPILE_REMOTE", raising=False)
+    try:
+        cache = precompile.install(
+            tmp_path / "s", remote=redis_server.url, save_on_exit=False
+        )
+        assert cache.store.remote.remote.url == redis_server.url
+        monkeypatch.setenv("PRECOMPILE_REMOTE", redis_server.url + "?namespace=fleet")
+        cache = precompile.install(tmp_path / "s", save_on_exit=False)
+        assert cache.store.remote.remote.keys.base == "fleet:v1:"
+        monkeypatch.delenv("PRECOMPILE_REMOTE")
+        cache = precompile.install(tmp_path / "s", save_on_exit=False)
+        assert getattr(cache.store, "remote", None) is None
+        with pytest.raises(ValueError, match="scheme"):
+            precompile.install(
+                tmp_path / "s", remote="http://127.0.0.1:1", save_on_exit=False
+            )
+    finally:
+        precompile.uninstall()
+
+
 def _host(name: str, mode: str, root: Path, url: str) -> dict[str, Any]:
     """Run one host: its own store under `root`, sharing only the remote."""
     return run_scenario(

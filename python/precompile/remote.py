@@ -46,7 +46,7 @@ DEFAULT_NAMESPACE = "precompile"
 # holding a connection (and the server) for long.
 DEFAULT_CHUNK_SIZE = 64 << 20
 DEFAULT_CONNECT_TIMEOUT = 0.5
-DEFAULT_TIMEOUT = 5.0
+DEFAULT_TIMEOUT = 2.0
 # Commands per pipeline round trip, and bytes per upload round trip.
 _BATCH = 512
 _UPLOAD_BYTES = 32 << 20
