@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from precompile import CorruptObjectError, MissingObjectError, PrecompileWarning, Store
+from precompile import (
+    CorruptObjectError,
+    MissingObjectError,
+    PrecompileWarning,
+    Store,
+    StoreError,
+)
 from precompile.remote import Remote, RemoteError
 from precompile.remote_layer import RemoteLayer
 from precompile.remote_sync import pull, push, remote_gc, remote_usage
@@ -416,3 +422,33 @@ def test_namespaces_and_layout_version_keep_remotes_apart(
     assert Remote(redis_server.url + "?namespace=team-a").refs() == ["dynamo/e0"]
     keys = {k.decode() for k in redis_server.client().scan_iter()}
     assert keys and all(k.startswith("team-a:v1:") for k in keys)
+
+
+def test_gc_stops_rather_than_guess_past_a_damaged_manifest(
+    redis_server: Any, tmp_path: Path
+) -> None:
+    src = _store(tmp_path, "a")
+    refs = make_entries(src, 2)
+    remote = Remote(redis_server.url)
+    push(src, remote)
+    orphan = src.put(blob_bytes("orphan", 99))
+    src.set_ref("dynamo/tmp", src.put_manifest([orphan], {"kind": "entry"}))
+    push(src, remote, ["dynamo/tmp"])
+    remote.delete_ref("dynamo/tmp")
+    client = redis_server.client()
+    backend = src.get_manifest(refs["dynamo/e0"])[0][0]
+    client.set(remote.keys.obj(backend), b"precompile-manifest\n{}")
+    blobs = remote_usage(remote)["blobs"]
+    with pytest.raises(StoreError):
+        remote_gc(remote, grace_seconds=0)
+    assert (
+        remote_usage(remote)["blobs"] == blobs - 1
+    )  # only the damaged manifest's size was dropped
+    assert client.exists(remote.keys.obj(orphan))
+    assert backend in remote_usage(remote)["missing"]
+    client.delete(remote.keys.meta(backend))
+    with pytest.raises(MissingObjectError, match="nothing was deleted"):
+        remote_gc(remote, grace_seconds=0)
+    assert client.exists(remote.keys.obj(orphan))
+    stats = _cli("stats", "--remote", redis_server.url, "--json")
+    assert stats.returncode == 1 and backend in json.loads(stats.stdout)["missing"]

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._core import MissingObjectError, Store
+from ._core import MissingObjectError, Store, StoreError
 from .remote import MANIFEST_MAGIC, Remote, manifest_children
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
@@ -159,14 +159,21 @@ def pull(
 
 
 def _remote_closures(
-    remote: Remote, roots: dict[str, str], index: dict[str, dict[str, int]]
-) -> dict[str, set[str]]:
+    remote: Remote,
+    roots: dict[str, str],
+    index: dict[str, dict[str, int]],
+    *,
+    strict: bool,
+) -> tuple[dict[str, set[str]], set[str]]:
     """Each ref's closure on the remote, reading only manifests.
 
-    Fails closed: a manifest that is missing or unreadable raises, so gc
-    never sweeps what an unreadable manifest might reach.
+    An object with no index entry, or a manifest that cannot be read, might
+    reach anything: with `strict` (gc) it raises, so nothing is swept on a
+    guess; otherwise it is returned among the unreadable and its subtree is
+    left out.
     """
     children: dict[str, list[str]] = {}
+    unreadable: set[str] = set()
     closures: dict[str, set[str]] = {}
     for name, root in roots.items():
         seen: set[str] = set()
@@ -174,14 +181,40 @@ def _remote_closures(
         while frontier:
             frontier = [d for d in dict.fromkeys(frontier) if d not in seen]
             seen.update(frontier)
+            unknown = [d for d in frontier if "m" not in index.get(d, {})]
+            if unknown and strict:
+                raise MissingObjectError(
+                    f"remote object {unknown[0]} has no index entry; nothing was deleted"
+                )
+            unreadable.update(unknown)
             manifests = [
                 d for d in frontier if index.get(d, {}).get("m") and d not in children
             ]
-            for d, data in remote.get_blobs(manifests).items():
+            for d, data in _read_manifests(
+                remote, manifests, strict, unreadable
+            ).items():
                 children[d] = manifest_children(data) or []
             frontier = [c for d in frontier for c in children.get(d, [])]
         closures[name] = seen
-    return closures
+    return closures, unreadable
+
+
+def _read_manifests(
+    remote: Remote, digests: list[str], strict: bool, unreadable: set[str]
+) -> dict[str, bytes]:
+    """One round trip for all; when that fails and not `strict`, one per manifest."""
+    try:
+        return remote.get_blobs(digests)
+    except StoreError:
+        if strict:
+            raise
+    got = {}
+    for d in digests:
+        try:
+            got[d] = remote.get_blobs([d])[d]
+        except StoreError:
+            unreadable.add(d)
+    return got
 
 
 def remote_usage(remote: Remote) -> dict[str, Any]:
@@ -194,7 +227,7 @@ def remote_usage(remote: Remote) -> dict[str, Any]:
     index = remote.index()
     names = remote.refs()
     roots = {n: d for n, d in remote.ref_digests(names).items() if d is not None}
-    closures = _remote_closures(remote, roots, index)
+    closures, unreadable = _remote_closures(remote, roots, index, strict=False)
     size = {d: m["n"] for d, m in index.items() if "n" in m}
     reachable = set().union(*closures.values()) if closures else set()
     logical = sum(size.get(d, 0) for c in closures.values() for d in c)
@@ -205,7 +238,7 @@ def remote_usage(remote: Remote) -> dict[str, Any]:
         "bytes": sum(size.values()),
         "reachable_bytes": reachable_bytes,
         "logical_bytes": logical,
-        "missing": sorted(d for d in reachable if d not in size),
+        "missing": sorted(d for d in reachable if d not in size or d in unreadable),
         "dedup_ratio": logical / reachable_bytes if reachable_bytes else 1.0,
     }
 
@@ -223,11 +256,8 @@ def remote_gc(
     roots = {
         n: d for n, d in remote.ref_digests(remote.refs()).items() if d is not None
     }
-    reachable = (
-        set().union(*_remote_closures(remote, roots, index).values())
-        if roots
-        else set()
-    )
+    closures, _ = _remote_closures(remote, roots, index, strict=True)
+    reachable = set().union(*closures.values()) if closures else set()
     cutoff = int((time.time() - grace_seconds) * 1000)
     freed = freed_bytes = kept = 0
     for d, meta in index.items():
