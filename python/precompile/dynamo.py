@@ -202,9 +202,9 @@ def install(
     import torch
 
     from .layers import open_layered
-    from .remote import open_remote
+    from .remote import LiveCounters, open_remote
 
-    remote = open_remote(remote, counters=tc.counters["precompile_remote"])
+    remote = open_remote(remote, counters=LiveCounters(lambda: tc.counters["precompile_remote"]))
     store = open_layered(os.fspath(path) if path is not None else default_store_path(), layers, remote)
     cache = StoreDynamoCache(store)
     with _lock:

@@ -25,7 +25,7 @@ import json
 import os
 import time
 import urllib.parse
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from typing import Any
 
 from ._core import CorruptObjectError, MissingObjectError, StoreError, blake3_hex
@@ -440,6 +440,33 @@ class Remote:
             return
         with contextlib.suppress(OSError):
             self._conn.close()
+
+
+class LiveCounters(MutableMapping[str, int]):
+    """Counters kept in a mapping looked up afresh on every use.
+
+    torch's `counters` is a defaultdict that its own code may clear; looking
+    `counters["precompile_remote"]` up each time keeps the figures where
+    torch's tools read them.
+    """
+
+    def __init__(self, lookup: Callable[[], MutableMapping[str, int]]) -> None:
+        self._lookup = lookup
+
+    def __getitem__(self, name: str) -> int:
+        return self._lookup().get(name, 0)
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self._lookup()[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._lookup()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._lookup()))
+
+    def __len__(self) -> int:
+        return len(self._lookup())
 
 
 def now_ms() -> int:
