@@ -20,6 +20,7 @@ from ._core import (
     blake3_hex,
     open_bundle,
 )
+from .remote import RemoteError
 
 # Names whose modules import torch, loaded on first access.
 _TORCH_NAMES = {
@@ -53,6 +54,7 @@ __all__ = [
     "LockTimeout",
     "MissingObjectError",
     "PrecompileWarning",
+    "RemoteError",
     "SaveReport",
     "Store",
     "StoreDynamoCache",
