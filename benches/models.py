@@ -87,3 +87,40 @@ def shared_kernel_module(k: int, directory: str) -> str:
     with open(f"{directory}/shared_blocks.py", "w") as f:
         f.write("\n".join(lines))
     return "shared_blocks"
+
+
+def breaks_module(n: int, directory: str) -> str:
+    """Write a module whose model is N identical blocks called one by one,
+    with a graph break after each: the shape of a large model with an
+    unsupported op between its layers. Every block after a break starts a
+    new frame and a new graph, all equal. Returns the module name.
+    """
+    lines = [
+        "import torch",
+        "",
+        "",
+        "class Block(torch.nn.Module):",
+        "    def __init__(self, d=64):",
+        "        super().__init__()",
+        "        self.norm = torch.nn.LayerNorm(d)",
+        "        self.up = torch.nn.Linear(d, 4 * d)",
+        "        self.down = torch.nn.Linear(4 * d, d)",
+        "",
+        "    def forward(self, x):",
+        "        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))",
+        "",
+        "",
+        "class Breaky(torch.nn.Module):",
+        "    def __init__(self):",
+        "        super().__init__()",
+        f"        self.blocks = torch.nn.ModuleList(Block() for _ in range({n}))",
+        "",
+        "    def forward(self, x):",
+    ]
+    for i in range(n):
+        lines += [f"        x = self.blocks[{i}](x)", "        torch._dynamo.graph_break()"]
+    lines += ["        return x", ""]
+    name = f"breaky_{n}"
+    with open(f"{directory}/{name}.py", "w") as f:
+        f.write("\n".join(lines))
+    return name

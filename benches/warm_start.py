@@ -1,6 +1,6 @@
 """Warm start: torch's DiskDynamoCache against precompile, in one run.
 
-    python benches/warm_start.py [--device cpu|cuda] [--models mlp,transformer] [--repeat 3]
+    python benches/warm_start.py [--device cpu|cuda] [--models mlp,transformer,breaks] [--repeat 3]
 
 For each model and each store, in fresh processes, it times `torch.compile`
 plus the first call, in-process (the cache lookup happens inside
@@ -13,6 +13,8 @@ plus the first call, in-process (the cache lookup happens inside
 
 It also reports bytes on disk for one model and for K=8 functions that share
 kernels, and precompile's per-entry overhead (ref lookup + verify + map).
+`breaks` is 24 identical blocks with a graph break after each (24 frames,
+24 equal graphs). A process that crashes is reported as such.
 """
 
 from __future__ import annotations
@@ -81,7 +83,14 @@ def child(args: argparse.Namespace) -> None:
         if args.device == "cuda":
             torch.cuda.synchronize()
     else:
-        model, x = models.build(args.model, args.device)
+        if args.model == "breaks":
+            sys.path.insert(0, args.work)
+            name = models.breaks_module(24, args.work) if args.phase == "cold" else "breaky_24"
+            torch.manual_seed(0)
+            model = __import__(name).Breaky().to(args.device)
+            x = torch.randn(8, 16, 64, device=args.device)
+        else:
+            model, x = models.build(args.model, args.device)
         with torch.no_grad():
             start = time.perf_counter()
             torch.compile(model)(x)
@@ -124,8 +133,17 @@ def run_child(store: str, phase: str, model: str, device: str, work: Path, induc
     ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SystemExit(f"child {store}/{model}/{phase} failed:\n{proc.stderr[-4000:]}")
+        last = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        print(f"  {store}/{model}/{phase} crashed: {last}", file=sys.stderr)
+        return {"crashed": last}
     return json.loads(out.read_text())
+
+
+def _median(runs: list[dict], key: str) -> float | None:
+    """The median of `key`, or None when any run crashed."""
+    if any("crashed" in r for r in runs):
+        return None
+    return statistics.median(r.get(key, float("nan")) for r in runs)
 
 
 def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dict:
@@ -145,13 +163,13 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dic
             shutil.copytree(store_dir, fresh_store)
         fresh.append(run_child(store, "fresh", model, device, work, fresh_inductor, fresh_store))
     return {
-        "cold": cold["first_call_s"],
-        "warm": statistics.median(r["first_call_s"] for r in warm),
-        "fresh": statistics.median(r["first_call_s"] for r in fresh),
+        "cold": _median([cold], "first_call_s"),
+        "warm": _median(warm, "first_call_s"),
+        "fresh": _median(fresh, "first_call_s"),
         "bytes": _du(store_dir),
-        "overhead_ms": statistics.median(r.get("entry_overhead_ms", float("nan")) for r in warm),
-        "fresh_store_load_s": statistics.median(r.get("store_load_s", float("nan")) for r in fresh),
-        "fresh_counters": fresh[-1]["counters"],
+        "overhead_ms": _median(warm, "entry_overhead_ms"),
+        "fresh_store_load_s": _median(fresh, "store_load_s"),
+        "fresh_counters": fresh[-1].get("counters", {}),
     }
 
 
@@ -197,12 +215,18 @@ def print_table(results: dict, args: argparse.Namespace) -> None:
         t, p = results[(model, "torch")], results[(model, "precompile")]
         label = model if model != "shared" else "K=8 shared"
         for title, key in rows:
-            ratio = t[key] / p[key] if p[key] else float("inf")
             fmt = "{:>12.0f}" if key == "bytes" else "{:>12.3f}"
-            print(f"{label:<12}{title:<22}" + fmt.format(t[key]) + fmt.format(p[key]) + f"{ratio:>11.1f}x")
-        print(f"{label:<12}{'  of which store s':<22}{'':>12}{p['fresh_store_load_s']:>12.3f}")
-        if model != "shared":
-            print(f"{label:<12}{'store overhead ms':<22}{'':>12}{p['overhead_ms']:>12.3f}")
+            cells = [fmt.format(v) if v is not None else f"{'crash':>12}" for v in (t[key], p[key])]
+            if t[key] is not None and p[key]:
+                ratio = f"{t[key] / p[key]:>11.1f}x"
+            else:
+                ratio = f"{'-':>12}"
+            print(f"{label:<12}{title:<22}" + "".join(cells) + ratio)
+        for title, key in (("  of which store s", "fresh_store_load_s"), ("store overhead ms", "overhead_ms")):
+            if model == "shared" and key == "overhead_ms":
+                continue
+            v = p[key]
+            print(f"{label:<12}{title:<22}{'':>12}" + (f"{v:>12.3f}" if v is not None else f"{'crash':>12}"))
     print()
 
 

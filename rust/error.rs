@@ -56,6 +56,15 @@ pub enum Error {
     #[error("invalid ref name: {0}")]
     InvalidName(String),
 
+    /// A ref that does not exist where one was required (export).
+    #[error("no such ref: {0:?}")]
+    NoSuchRef(String),
+
+    /// Refs an import could not set, each with the reason; every other ref
+    /// of the bundle was set.
+    #[error("{} ref(s) of the bundle conflict with this store and were not set: {}", .0.len(), conflict_list(.0))]
+    RefConflicts(Vec<(String, String)>),
+
     /// A digest string that is not 64 lower-case hex characters.
     #[error("invalid digest {0:?}: expected 64 lower-case hex characters")]
     InvalidDigest(String),
@@ -80,6 +89,11 @@ impl Error {
     pub fn is_not_found(&self) -> bool {
         matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::NotFound)
     }
+}
+
+fn conflict_list(conflicts: &[(String, String)]) -> String {
+    let names: Vec<String> = conflicts.iter().map(|(n, _)| format!("{n:?}")).collect();
+    names.join(", ")
 }
 
 /// Attaches a path to the error of an `io::Result`.

@@ -13,13 +13,38 @@
 //! once they hold the lock. A GC holding the gate keeps new writers out while
 //! it waits for the writes in flight; writers waiting for a running GC hold
 //! the gate shared, so the next GC cannot cut in ahead of them.
+//!
+//! A GC never holds the gate for long while it waits: when the writers in
+//! flight do not finish within [`GC_PATIENCE`] (a writer stopped with
+//! SIGSTOP, a slow disk), it lets go of the gate so new writers pass, and
+//! tries again a little later, until its own timeout.
+//!
+//! Lock files are opened read-only (flock needs no write access): members of
+//! a group-shared store can lock a file another member created, and a store
+//! on a read-only mount can still be verified and exported. Where a lock
+//! file is missing and cannot be created (a read-only store), a shared lock
+//! is skipped: nobody can write to such a store, so there is no GC to exclude.
 
-use std::fs::{File, OpenOptions};
-use std::path::{Path, PathBuf};
+use std::fs::File;
+use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, IoContext, Result};
+use rustix::fs::OFlags;
+
+use crate::error::{Error, Result};
+use crate::store::beneath::Dir;
+
+/// The lock file.
+pub const LOCK_NAME: &str = "gc.lock";
+/// The gate passed before taking it.
+pub const GATE_NAME: &str = "gc.gate";
+
+/// How long a GC holds the gate while waiting for writers in flight.
+pub const GC_PATIENCE: Duration = Duration::from_millis(250);
+/// How long a GC stays off the gate before trying again: more than twice the
+/// longest poll interval, so polling writers see the gate free.
+const GC_STEP_ASIDE: Duration = Duration::from_millis(150);
 
 /// How a lock is held.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,10 +56,11 @@ pub enum LockMode {
 }
 
 /// A held flock; released when dropped (closing the descriptor drops it).
+/// `None` inside: a shared lock skipped on a store that cannot be written.
 #[derive(Debug)]
 pub struct FileLock {
     // Never read: the lock lives exactly as long as this descriptor.
-    _file: File,
+    _file: Option<File>,
 }
 
 /// First and largest sleep between attempts while a lock is busy.
@@ -50,24 +76,48 @@ impl FileLock {
     /// own descriptor: flock locks belong to the open file description, so
     /// two threads of one process exclude each other exactly as two processes
     /// do, and a crashed holder's lock is released by the kernel.
-    pub fn acquire(path: &Path, mode: LockMode, timeout: Duration) -> Result<FileLock> {
-        Self::acquire_within(path, mode, Instant::now(), timeout)
+    pub fn acquire(dir: &Dir, name: &str, mode: LockMode, timeout: Duration) -> Result<FileLock> {
+        Self::acquire_within(dir, name, mode, Instant::now(), timeout)
+    }
+
+    /// Opens the lock file read-only without following a link, creating it
+    /// when missing; `None` when it is missing and cannot be created.
+    fn open(dir: &Dir, name: &str) -> Result<Option<File>> {
+        let path = dir.path().join(name);
+        match dir.open(name, OFlags::RDONLY, 0) {
+            Ok(file) => return Ok(Some(file)),
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+        // 0666 less the umask: in a group-shared store (umask 002) the file
+        // is group-writable, though reading is all a lock needs.
+        match dir.open(name, OFlags::RDONLY | OFlags::CREATE, 0o666) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES)) => {
+                Ok(None)
+            }
+            Err(e) => Err(Error::io(path, e)),
+        }
     }
 
     /// Like `acquire`, counting `timeout` from `start`.
     fn acquire_within(
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         mode: LockMode,
         start: Instant,
         timeout: Duration,
     ) -> Result<FileLock> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)
-            .at(path)?;
+        let path = dir.path().join(name);
+        let Some(file) = Self::open(dir, name)? else {
+            if mode == LockMode::Shared {
+                return Ok(FileLock { _file: None });
+            }
+            return Err(Error::io(
+                &path,
+                std::io::Error::from_raw_os_error(libc::EROFS),
+            ));
+        };
         let mut backoff = FIRST_BACKOFF;
         loop {
             // Fully qualified: std's File has inherent methods of the same
@@ -77,14 +127,14 @@ impl FileLock {
                 LockMode::Exclusive => fs4::FileExt::try_lock(&file),
             };
             match attempt {
-                Ok(()) => return Ok(FileLock { _file: file }),
+                Ok(()) => return Ok(FileLock { _file: Some(file) }),
                 Err(fs4::TryLockError::WouldBlock) => {}
-                Err(fs4::TryLockError::Error(e)) => return Err(Error::io(path, e)),
+                Err(fs4::TryLockError::Error(e)) => return Err(Error::io(&path, e)),
             }
             let waited = start.elapsed();
             if waited >= timeout {
                 return Err(Error::LockTimeout {
-                    path: PathBuf::from(path),
+                    path: PathBuf::from(&path),
                     seconds: timeout.as_secs_f64(),
                 });
             }
@@ -101,13 +151,43 @@ pub struct GcLock {
 }
 
 impl GcLock {
-    /// Passes `gate` and takes `lock` in `mode`, all within `timeout`.
-    pub fn acquire(gate: &Path, lock: &Path, mode: LockMode, timeout: Duration) -> Result<GcLock> {
+    /// Passes the gate and takes the lock (both in `dir`) in `mode`, all
+    /// within `timeout`. An exclusive taker holds the gate at most
+    /// [`GC_PATIENCE`] at a time (see the module docs).
+    pub fn acquire(dir: &Dir, mode: LockMode, timeout: Duration) -> Result<GcLock> {
         let start = Instant::now();
-        let gate = FileLock::acquire_within(gate, mode, start, timeout)?;
-        let lock = FileLock::acquire_within(lock, mode, start, timeout)?;
-        drop(gate);
-        Ok(GcLock { _lock: lock })
+        if mode == LockMode::Shared {
+            let gate = FileLock::acquire_within(dir, GATE_NAME, mode, start, timeout)?;
+            let lock = FileLock::acquire_within(dir, LOCK_NAME, mode, start, timeout)?;
+            drop(gate);
+            return Ok(GcLock { _lock: lock });
+        }
+        loop {
+            let gate = FileLock::acquire_within(dir, GATE_NAME, mode, start, timeout)?;
+            let left = timeout.saturating_sub(start.elapsed());
+            let attempt = FileLock::acquire_within(
+                dir,
+                LOCK_NAME,
+                mode,
+                Instant::now(),
+                left.min(GC_PATIENCE),
+            );
+            drop(gate);
+            match attempt {
+                Ok(lock) => return Ok(GcLock { _lock: lock }),
+                Err(Error::LockTimeout { path, .. }) => {
+                    let left = timeout.saturating_sub(start.elapsed());
+                    if left.is_zero() {
+                        return Err(Error::LockTimeout {
+                            path,
+                            seconds: timeout.as_secs_f64(),
+                        });
+                    }
+                    thread::sleep(GC_STEP_ASIDE.min(left));
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
@@ -115,31 +195,36 @@ impl GcLock {
 mod tests {
     use super::*;
 
+    fn open_dir(p: &std::path::Path) -> Dir {
+        Dir::open_root(p).unwrap()
+    }
+
     #[test]
     fn shared_locks_coexist_and_exclude_exclusive() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("l");
-        let a = FileLock::acquire(&p, LockMode::Shared, Duration::ZERO).unwrap();
-        let _b = FileLock::acquire(&p, LockMode::Shared, Duration::ZERO).unwrap();
+        let d = open_dir(dir.path());
+        let p = "l";
+        let a = FileLock::acquire(&d, p, LockMode::Shared, Duration::ZERO).unwrap();
+        let _b = FileLock::acquire(&d, p, LockMode::Shared, Duration::ZERO).unwrap();
         let t = Instant::now();
         let err =
-            FileLock::acquire(&p, LockMode::Exclusive, Duration::from_millis(60)).unwrap_err();
+            FileLock::acquire(&d, p, LockMode::Exclusive, Duration::from_millis(60)).unwrap_err();
         assert!(matches!(err, Error::LockTimeout { .. }), "{err}");
         assert!(t.elapsed() >= Duration::from_millis(60));
         drop(a);
         drop(_b);
-        let _x = FileLock::acquire(&p, LockMode::Exclusive, Duration::ZERO).unwrap();
-        assert!(FileLock::acquire(&p, LockMode::Shared, Duration::ZERO).is_err());
+        let _x = FileLock::acquire(&d, p, LockMode::Exclusive, Duration::ZERO).unwrap();
+        assert!(FileLock::acquire(&d, p, LockMode::Shared, Duration::ZERO).is_err());
     }
 
     #[test]
     fn waiter_gets_lock_once_released() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("l");
-        let held = FileLock::acquire(&p, LockMode::Exclusive, Duration::ZERO).unwrap();
-        let p2 = p.clone();
+        let d = open_dir(dir.path());
+        let held = FileLock::acquire(&d, "l", LockMode::Exclusive, Duration::ZERO).unwrap();
+        let d2 = d.clone();
         let waiter = thread::spawn(move || {
-            FileLock::acquire(&p2, LockMode::Shared, Duration::from_secs(10))
+            FileLock::acquire(&d2, "l", LockMode::Shared, Duration::from_secs(10))
         });
         thread::sleep(Duration::from_millis(30));
         drop(held);
@@ -151,21 +236,16 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
-        let (gate, lock) = (dir.path().join("gate"), dir.path().join("lock"));
+        let d = open_dir(dir.path());
         let stop = Arc::new(AtomicBool::new(false));
         // Two writers whose shared holds always overlap: without the gate,
         // the lock is never free for an exclusive holder.
         let writers: Vec<_> = (0..2)
             .map(|_| {
-                let (gate, lock, stop) = (gate.clone(), lock.clone(), stop.clone());
+                let (d, stop) = (d.clone(), stop.clone());
                 thread::spawn(move || {
                     while !stop.load(Ordering::Relaxed) {
-                        let held = GcLock::acquire(
-                            &gate,
-                            &lock,
-                            LockMode::Shared,
-                            Duration::from_secs(10),
-                        );
+                        let held = GcLock::acquire(&d, LockMode::Shared, Duration::from_secs(10));
                         thread::sleep(Duration::from_millis(5));
                         drop(held.unwrap());
                     }
@@ -174,7 +254,7 @@ mod tests {
             .collect();
         thread::sleep(Duration::from_millis(30));
         for _ in 0..5 {
-            GcLock::acquire(&gate, &lock, LockMode::Exclusive, Duration::from_secs(2)).unwrap();
+            GcLock::acquire(&d, LockMode::Exclusive, Duration::from_secs(2)).unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         for w in writers {
@@ -187,15 +267,14 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
-        let (gate, lock) = (dir.path().join("gate"), dir.path().join("lock"));
+        let d = open_dir(dir.path());
         let stop = Arc::new(AtomicBool::new(false));
         let collector = {
-            let (gate, lock, stop) = (gate.clone(), lock.clone(), stop.clone());
+            let (d, stop) = (d.clone(), stop.clone());
             thread::spawn(move || {
                 // A GC loop that retakes the lock the moment it lets go.
                 while !stop.load(Ordering::Relaxed) {
-                    let held =
-                        GcLock::acquire(&gate, &lock, LockMode::Exclusive, Duration::from_secs(10));
+                    let held = GcLock::acquire(&d, LockMode::Exclusive, Duration::from_secs(10));
                     thread::sleep(Duration::from_millis(5));
                     drop(held.unwrap());
                 }
@@ -204,10 +283,36 @@ mod tests {
         thread::sleep(Duration::from_millis(30));
         let start = Instant::now();
         for _ in 0..20 {
-            GcLock::acquire(&gate, &lock, LockMode::Shared, Duration::from_secs(2)).unwrap();
+            GcLock::acquire(&d, LockMode::Shared, Duration::from_secs(2)).unwrap();
         }
         assert!(start.elapsed() < Duration::from_secs(2));
         stop.store(true, Ordering::Relaxed);
         collector.join().unwrap();
+    }
+
+    #[test]
+    fn waiting_gc_steps_aside_for_new_writers() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = open_dir(dir.path());
+        // A writer that stopped while holding the lock shared.
+        let stuck = GcLock::acquire(&d, LockMode::Shared, Duration::ZERO).unwrap();
+        let collector = {
+            let d = d.clone();
+            thread::spawn(move || GcLock::acquire(&d, LockMode::Exclusive, Duration::from_secs(10)))
+        };
+        thread::sleep(Duration::from_millis(100));
+        // New writers pass within about one patience period, not the GC's timeout.
+        for _ in 0..5 {
+            let t = Instant::now();
+            drop(GcLock::acquire(&d, LockMode::Shared, Duration::from_secs(10)).unwrap());
+            assert!(
+                t.elapsed() < GC_PATIENCE + Duration::from_secs(2),
+                "{:?}",
+                t.elapsed()
+            );
+            thread::sleep(Duration::from_millis(40));
+        }
+        drop(stuck);
+        assert!(collector.join().unwrap().is_ok());
     }
 }

@@ -4,16 +4,12 @@
 //! inside `py.detach`, so other Python threads keep running meanwhile.
 
 use std::ffi::{c_int, c_void};
-use std::io;
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
 use pyo3::buffer::PyUntypedBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::{
-    PyBufferError, PyException, PyFileExistsError, PyFileNotFoundError, PyIsADirectoryError,
-    PyNotADirectoryError, PyOSError, PyPermissionError, PyTypeError, PyValueError,
-};
+use pyo3::exceptions::{PyBufferError, PyException, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyMemoryView};
@@ -23,6 +19,7 @@ use crate::hash::{hash_bytes, Digest};
 use crate::store::{Blob, Options, Store};
 
 mod bundle;
+mod errors;
 mod progress;
 
 create_exception!(
@@ -55,6 +52,13 @@ create_exception!(
     StoreError,
     "A store or manifest is in a format this build does not understand."
 );
+create_exception!(
+    precompile._core,
+    RefConflictError,
+    StoreError,
+    "Refs of a bundle that could not be set in this store; every other ref was set. \
+     `conflicts` lists (name, reason) pairs."
+);
 
 /// Inputs shorter than this are hashed without releasing the GIL: for them,
 /// releasing and re-taking it costs more than the hashing (blake3-py's
@@ -65,45 +69,56 @@ impl From<Error> for PyErr {
     fn from(err: Error) -> PyErr {
         let msg = err.to_string();
         match err {
-            Error::Io { path, source } => os_error(&path, &source),
+            Error::Io { path, source } => errors::os_error(&path, &source),
             Error::Corrupt { .. } => CorruptObjectError::new_err(msg),
             Error::Missing { .. } => MissingObjectError::new_err(msg),
             Error::LockTimeout { .. } => LockTimeout::new_err(msg),
             Error::Format(_) => FormatError::new_err(msg),
-            Error::InvalidName(_) | Error::InvalidDigest(_) => PyValueError::new_err(msg),
+            Error::InvalidName(_) => errors::raise(|c| &c.invalid_name, msg),
+            Error::InvalidDigest(_) => errors::raise(|c| &c.invalid_digest, msg),
+            Error::NoSuchRef(_) => errors::raise(|c| &c.ref_not_found, msg),
+            Error::RefConflicts(conflicts) => Python::attach(|py| {
+                let err = RefConflictError::new_err(msg);
+                // Best effort: the message names the refs as well.
+                let _ = err.value(py).setattr("conflicts", conflicts);
+                err
+            }),
             Error::Changed(_) => StoreError::new_err(msg),
         }
     }
 }
 
-/// The `OSError` subclass Python itself would raise, with errno, message and
-/// filename set the way `open()` sets them.
-fn os_error(path: &std::path::Path, source: &io::Error) -> PyErr {
-    use io::ErrorKind as K;
-    let errno = source.raw_os_error().or(match source.kind() {
-        K::NotFound => Some(libc::ENOENT),
-        K::PermissionDenied => Some(libc::EACCES),
-        K::AlreadyExists => Some(libc::EEXIST),
-        K::IsADirectory => Some(libc::EISDIR),
-        K::NotADirectory => Some(libc::ENOTDIR),
-        _ => None,
-    });
-    let filename = path.display().to_string();
-    let Some(errno) = errno else {
-        return PyOSError::new_err(format!("{filename}: {source}"));
-    };
-    // io::Error's Display appends " (os error N)"; Python shows "[Errno N]".
-    let text = source.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text).to_owned();
-    let args = (errno, text, filename);
-    match errno {
-        libc::ENOENT => PyFileNotFoundError::new_err(args),
-        libc::EACCES | libc::EPERM => PyPermissionError::new_err(args),
-        libc::EEXIST => PyFileExistsError::new_err(args),
-        libc::EISDIR => PyIsADirectoryError::new_err(args),
-        libc::ENOTDIR => PyNotADirectoryError::new_err(args),
-        _ => PyOSError::new_err(args),
+/// Refuses integers JSON would not keep exactly: serde_json reads an
+/// integer outside -2**63 .. 2**64-1 back as a float, silently.
+fn check_exact_ints(value: &Bound<'_, PyAny>, depth: usize) -> PyResult<()> {
+    use pyo3::types::{PyBool, PyInt, PyList, PyTuple};
+    // Deeper nesting is json.dumps' to refuse (RecursionError).
+    if depth > 256 || value.is_instance_of::<PyBool>() {
+        return Ok(());
     }
+    if value.is_instance_of::<PyInt>() {
+        if value.extract::<i64>().is_ok() || value.extract::<u64>().is_ok() {
+            return Ok(());
+        }
+        return Err(FormatError::new_err(format!(
+            "manifest metadata integer {value} is outside -2**63 .. 2**64-1 and would not \
+             be kept exactly; store it as a string"
+        )));
+    }
+    if let Ok(dict) = value.cast::<PyDict>() {
+        for (_, item) in dict.iter() {
+            check_exact_ints(&item, depth + 1)?;
+        }
+    } else if let Ok(list) = value.cast::<PyList>() {
+        for item in list.iter() {
+            check_exact_ints(&item, depth + 1)?;
+        }
+    } else if let Ok(tuple) = value.cast::<PyTuple>() {
+        for item in tuple.iter() {
+            check_exact_ints(&item, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 fn parse_digest(hex: &str) -> PyResult<Digest> {
@@ -428,6 +443,7 @@ impl PyStore {
         let meta = match meta {
             None => serde_json::Map::new(),
             Some(meta) if meta.is_instance_of::<PyDict>() => {
+                check_exact_ints(meta, 0)?;
                 let kwargs = PyDict::new(py);
                 kwargs.set_item("allow_nan", false)?;
                 let text: String = py
@@ -496,6 +512,7 @@ impl PyStore {
         d.set_item("bytes", r.bytes)?;
         d.set_item("corrupt", hex(&r.corrupt))?;
         d.set_item("missing", hex(&r.missing))?;
+        d.set_item("unknown", hex(&r.unknown))?;
         d.set_item("ok", r.ok())?;
         Ok(d)
     }
@@ -571,8 +588,13 @@ mod _core {
     #[pymodule_export]
     use super::{
         blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,
-        PyStore, StoreError,
+        PyStore, RefConflictError, StoreError,
     };
+
+    #[pymodule_init]
+    fn init(module: &pyo3::Bound<'_, pyo3::types::PyModule>) -> pyo3::PyResult<()> {
+        super::errors::register(module)
+    }
 
     /// The package version.
     #[allow(non_upper_case_globals)]

@@ -89,6 +89,46 @@ def hold_lock(path: str, mode: str) -> None:
         sys.stdin.read()
 
 
+def export_forever(root: str, out: str) -> None:
+    """Exports every ref to `out` over and over, until killed."""
+    store = Store(root)
+    print("ready", flush=True)
+    while True:
+        store.export_bundle(None, out)
+
+
+def chaos(op: str, root: str, seed: int, bundle: str) -> None:
+    """Repeats one store operation until killed, printing `done REF DIGEST`
+    once a ref is set (or, for gc/export, `done`) so the parent knows what
+    completed before the kill."""
+    store = Store(root)
+    rng = random.Random(seed)
+    print("ready", flush=True)
+    n = 0
+    while True:
+        n += 1
+        if op in ("put", "set_ref"):
+            leaves = [store.put(content(f"chaos{seed}", n * 4 + k, rng.choice([100, 5000, 300_000]))) for k in range(3)]
+            # Content other runs also write, so dedup hits race with kills.
+            leaves.append(store.put(content("chaos-shared", rng.randrange(16), 20_000)))
+            inner = store.put_manifest(leaves, {"n": n})
+            top = store.put_manifest([inner], {"seed": seed})
+            name = f"{op}/{seed}/{n}"
+            store.set_ref(name, top)
+            print(f"done {name} {top}", flush=True)
+        elif op == "gc":
+            store.gc(False, 0.0)
+            print("done", flush=True)
+        elif op == "export":
+            store.export_bundle(None, bundle)
+            print("done", flush=True)
+        elif op == "import":
+            store.import_bundle(bundle)
+            print("done", flush=True)
+        else:
+            raise SystemExit(f"unknown op {op}")
+
+
 def main() -> None:
     role, *args = sys.argv[1:]
     if role == "putget":
@@ -101,6 +141,10 @@ def main() -> None:
         gc_loop(args[0], float(args[1]), float(args[2]))
     elif role == "hold-lock":
         hold_lock(args[0], args[1])
+    elif role == "export_forever":
+        export_forever(args[0], args[1])
+    elif role == "chaos":
+        chaos(args[0], args[1], int(args[2]), args[3])
     else:
         raise SystemExit(f"unknown role {role}")
 

@@ -12,7 +12,15 @@ from pathlib import Path
 import pytest
 from blake3 import blake3
 
-from precompile import Bundle, CorruptObjectError, FormatError, MissingObjectError, Store, open_bundle
+from precompile import (
+    Bundle,
+    CorruptObjectError,
+    FormatError,
+    MissingObjectError,
+    RefNotFoundError,
+    Store,
+    open_bundle,
+)
 from precompile.bundle import load_all
 from precompile.layers import open_layered
 from synthetic import blob_bytes, load_entry, make_entries
@@ -76,7 +84,7 @@ def test_export_of_named_refs_holds_just_their_closure(tmp_path: Path) -> None:
     bundle = open_bundle(path)
     assert summary["refs"] == 1 and bundle.refs() == ["dynamo/e2"]
     assert sorted(bundle.closure(refs["dynamo/e2"])) == bundle.digests()
-    with pytest.raises(ValueError, match="no such ref"):
+    with pytest.raises(RefNotFoundError, match="no such ref"):
         store.export_bundle(["dynamo/nope"], tmp_path / "x.bundle")
     with pytest.raises(TypeError):
         store.export_bundle("dynamo/e2", tmp_path / "x.bundle")  # type: ignore[arg-type]

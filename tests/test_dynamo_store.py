@@ -35,18 +35,21 @@ def _scenario_module():
     return module
 
 
-def test_install_replaces_both_names_and_uninstall_restores(tmp_path: Path) -> None:
-    original = dynamo_package.DynamoCache
+def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: Path) -> None:
+    # Code that imported torch's DynamoCache before install() holds the
+    # object, so the object itself must serve from the store.
+    early = dynamo_package.DynamoCache
+    torch_prefix = early.path_prefix()
     flag = torch._dynamo.config.caching_precompile
     with precompile.installed(tmp_path / "s", save_on_exit=False) as cache:
-        assert dynamo_package.DynamoCache is cache
-        assert precompile_context.DynamoCache is cache
+        assert dynamo_package.DynamoCache is early
+        assert precompile_context.DynamoCache is early
+        assert early.path_prefix() == cache.path_prefix() == str((tmp_path / "s").resolve())
         assert torch._dynamo.config.caching_precompile is True
-        assert cache.path_prefix() == str((tmp_path / "s").resolve())
         again = precompile.install(tmp_path / "t", save_on_exit=False)
-        assert dynamo_package.DynamoCache is again
-    assert dynamo_package.DynamoCache is original
-    assert precompile_context.DynamoCache is original
+        assert early.path_prefix() == again.path_prefix() == str((tmp_path / "t").resolve())
+    assert early.path_prefix() == torch_prefix
+    assert not any(name in vars(early) for name in ("load", "write", "read", "clear"))
     assert torch._dynamo.config.caching_precompile == flag
 
 

@@ -76,3 +76,23 @@ def test_cuda_identical_kernels_are_stored_once(tmp_path: Path) -> None:
     (graph,) = graphs
     _, gmeta = s.get_manifest(graph)
     assert gmeta["triton"], "the graph should carry Triton kernels"
+
+
+def test_cuda_graph_break_heavy_model_loads_every_graph(tmp_path: Path) -> None:
+    # 24 identical blocks, a graph break after each: 24 frames whose graphs
+    # all hit AOTAutogradCache inside the compiling process.
+    env = {"PRECOMPILE_TEST_BLOCKS": "24"}
+    store = tmp_path / "store"
+    a = run_scenario("cuda_breaks", "compile", store, tmp_path, env)
+    env["PRECOMPILE_TEST_STANCE"] = "fail_on_recompile"
+    assert a["report"]["missing_backends"] == 0, a["report"]
+    assert a["report"]["backends"] == 24
+    assert a["report"]["unique_backends"] == 1
+    b = run_scenario("cuda_breaks", "load", store, tmp_path, env)
+    torch.testing.assert_close(a["outputs"][0], b["outputs"][0], rtol=0, atol=0)
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
+    assert counter(b, "precompile", "install_failed") == 0
+    assert b["frames"] == a["frames"]
+    assert b["compiler_runs"] == []

@@ -76,7 +76,7 @@ def test_verify_reports_corrupt_and_missing(store: Store) -> None:
     store.set_ref("entry", manifest)
     store.set_ref("plain", c)
     clean = store.verify()
-    assert clean == {"objects": 4, "bytes": clean["bytes"], "corrupt": [], "missing": [], "ok": True}
+    assert clean == {"objects": 4, "bytes": clean["bytes"], "corrupt": [], "missing": [], "unknown": [], "ok": True}
     assert clean["bytes"] == len(DATA) + 5000 + 1 + len(bytes(store.get(manifest)))
 
     damage(store.object_path(a), flip_byte)

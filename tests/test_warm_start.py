@@ -134,3 +134,26 @@ def test_entries_are_saved_at_exit(tmp_path: Path) -> None:
     b = run_scenario("graph_break", "load", store, tmp_path)
     _assert_same(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
+
+
+@pytest.mark.slow
+def test_graph_break_heavy_model_stores_one_backend_and_loads_every_graph(tmp_path: Path) -> None:
+    # 16 identical blocks with a graph break after each: 16 frames and 16
+    # equal graphs, the later ones served by AOTAutogradCache while compiling.
+    env = {"PRECOMPILE_TEST_BLOCKS": "16"}
+    store = tmp_path / "store"
+    a = run_scenario("breaks", "compile", store, tmp_path, env)
+    assert a["report"]["missing_backends"] == 0, a["report"]
+    assert a["report"]["backends"] == 16
+    assert a["report"]["unique_backends"] == 1
+    s = precompile.Store(str(store))
+    (entry,) = a["report"]["entries"].values()
+    _, meta = s.get_manifest(entry)
+    assert len({use["manifest"] for use in meta["backends"].values()}) == 1
+    env["PRECOMPILE_TEST_STANCE"] = "fail_on_recompile"
+    b = run_scenario("breaks", "load", store, tmp_path, env)
+    _assert_same(a["outputs"], b["outputs"])
+    _assert_compiled_nothing(b)
+    assert counter(b, "precompile", "install_failed") == 0
+    # Every frame the compiling process produced is served, none compiled.
+    assert b["frames"] == a["frames"]

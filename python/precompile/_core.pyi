@@ -12,10 +12,20 @@ __all__ = [
     "Bundle",
     "CorruptObjectError",
     "FormatError",
+    "InvalidDigestError",
+    "InvalidNameError",
     "LockTimeout",
     "MissingObjectError",
+    "RefConflictError",
+    "RefNotFoundError",
     "Store",
     "StoreError",
+    "StoreFileExistsError",
+    "StoreFileNotFoundError",
+    "StoreIOError",
+    "StoreIsADirectoryError",
+    "StoreNotADirectoryError",
+    "StorePermissionError",
     "__version__",
     "blake3_hex",
     "open_bundle",
@@ -38,6 +48,40 @@ class LockTimeout(StoreError):
 class FormatError(StoreError):
     """A store or manifest is in a format this build does not understand."""
 
+class RefConflictError(StoreError):
+    """Refs of a bundle that could not be set in this store; every other ref was set.
+    `conflicts` lists (name, reason) pairs."""
+
+    conflicts: list[tuple[str, str]]
+
+class StoreIOError(StoreError, OSError):
+    """An operating-system error in the store (disk full, read-only file system, permission
+    denied...); an OSError with errno and filename set."""
+
+class StoreFileNotFoundError(StoreIOError, FileNotFoundError):
+    """A file or directory the store needs does not exist."""
+
+class StorePermissionError(StoreIOError, PermissionError):
+    """The store was refused access to a file (EACCES, EPERM)."""
+
+class StoreFileExistsError(StoreIOError, FileExistsError):
+    """A file the store wanted to create already exists."""
+
+class StoreIsADirectoryError(StoreIOError, IsADirectoryError):
+    """A directory where the store expected a file."""
+
+class StoreNotADirectoryError(StoreIOError, NotADirectoryError):
+    """A file where the store expected a directory."""
+
+class InvalidNameError(StoreError, ValueError):
+    """A ref name the store refuses (empty, absolute, '..', control characters...)."""
+
+class InvalidDigestError(StoreError, ValueError):
+    """A digest that is not 64 lower-case hex characters."""
+
+class RefNotFoundError(StoreError, LookupError):
+    """A ref that does not exist where one is required."""
+
 class _GcReport(TypedDict):
     objects_freed: int
     bytes_freed: int
@@ -50,6 +94,7 @@ class _VerifyReport(TypedDict):
     bytes: int
     corrupt: list[str]
     missing: list[str]
+    unknown: list[str]
     ok: bool
 
 class _Stats(TypedDict):
@@ -72,6 +117,7 @@ class _ImportReport(TypedDict):
     bytes_new: int
     refs: int
     refs_changed: int
+    objects_repaired: int
 
 class _EvictReport(TypedDict):
     refs_evicted: list[str]

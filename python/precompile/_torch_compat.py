@@ -8,9 +8,13 @@ instead of by `if` checks scattered over the package. Supported: torch >= 2.11.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
+import itertools
 import logging
 import os
+import re
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -51,14 +55,22 @@ __all__ = [
     "SerializedGraphModule",
     "TORCH_VERSION",
     "TRITON_REPLACE_BYTES",
+    "TRITON_VERSION",
     "TritonBundle",
     "TritonKernelArtifact",
     "TritonKernelArtifacts",
     "_DynamoCacheEntry",
+    "backend_capture",
+    "bypassed_copy",
     "counters",
+    "debug_info",
+    "entry_source_location",
     "guard_evaluation",
+    "install_hardening",
+    "picklable_triton_bundle",
     "inductor_cache_dir",
     "kernel_capture",
+    "record_for_mega_cache",
     "register_library",
     "source_id_from_fn",
     "swap_dynamo_cache",
@@ -70,6 +82,72 @@ TORCH_VERSION: str = torch.__version__
 # Torch writes this placeholder into bundled Triton json files and replaces it
 # with the real cache directory when the bundle is emitted.
 TRITON_REPLACE_BYTES: bytes = getattr(TritonBundler, "_REPLACE_BYTES", b"[REPLACE]")
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except Exception:  # absent, or present but broken on this machine
+        return None
+    return getattr(triton, "__version__", None)
+
+
+TRITON_VERSION: str | None = _triton_version()
+
+
+def record_for_mega_cache(key: str, pickled_entry: bytes) -> None:
+    """Record a pickled entry as torch's own DynamoCache does, so that
+    `torch.compiler.save_cache_artifacts()` carries it.
+
+    Newer torch records through `CacheArtifactRecorder`; older releases call
+    `CacheArtifactManager.record_artifact` directly.
+    """
+    import torch.compiler._cache as cache
+
+    kind = dynamo_package.PrecompileCacheArtifact.type()
+    recorder = getattr(cache, "CacheArtifactRecorder", None)
+    if recorder is not None:
+        recorder(kind, key).record(pickled_entry)
+    else:
+        cache.CacheArtifactManager.record_artifact(kind, key, pickled_entry)
+
+
+def debug_info(entries: dict[str, Any], backends: dict[Any, Any]) -> dict[str, Any]:
+    """What torch's `PrecompileContext.save_to_dynamo_cache()` returns for these records."""
+    return PrecompileContext.dump_debug_info(entries, backends)
+
+
+def bypassed_copy(entry: _DynamoCacheEntry, bypass: set[int]) -> _DynamoCacheEntry:
+    """`entry` with the codes at indices `bypass` marked bypassed.
+
+    torch's own stitching sets `bypassed` on the live code entry; the live
+    entry belongs to the compiling process (a later save would see the mark),
+    so this copies instead.
+    """
+    if not bypass:
+        return entry
+    codes = [
+        dataclasses.replace(code, bypassed=True) if i in bypass else code
+        for i, code in enumerate(entry.codes)
+    ]
+    return dataclasses.replace(entry, codes=codes)
+
+
+def entry_source_location(entry: _DynamoCacheEntry) -> tuple[str | None, str | None, int | None]:
+    """The compiled function's qualified name, source file and first line."""
+    qualname = getattr(entry, "fn_name", None)
+    line = getattr(entry, "fn_first_lineno", None)
+    source_file = None
+    for code in entry.codes:
+        module = sys.modules.get(getattr(code, "python_module", ""))
+        source_file = getattr(module, "__file__", None)
+        if source_file:
+            break
+    try:
+        line = int(line) if line is not None else None
+    except (TypeError, ValueError):
+        line = None
+    return qualname, source_file, line
 
 
 def inductor_cache_dir() -> str:
@@ -89,21 +167,38 @@ def source_id_from_fn(fn: Callable[..., Any]) -> str:
     return CompilePackage.source_id_from_fn(fn)
 
 
+# Every method of torch's DynamoCache that reads or writes entries.
+_DYNAMO_CACHE_METHODS = (
+    "clear",
+    "write",
+    "_write_to_local_cache",
+    "read",
+    "save_cache_entry",
+    "save_package",
+    "load_cache_entry",
+    "load_package",
+    "save",
+    "load",
+    "load_and_install_package",
+    "path_prefix",
+)
+
+
 def swap_dynamo_cache(new: Any) -> Any:
-    """Point every module that holds torch's DynamoCache at `new`.
+    """Make torch's DynamoCache object act as `new` (None: as itself again).
 
-    `torch._dynamo.package.DynamoCache` is looked up at call time by
-    eval_frame and convert_frame, but precompile_context imported the object
-    at import time, so both names have to move. Returns the previous object.
+    Code that imported the object before the swap (`from
+    torch._dynamo.package import DynamoCache`, as precompile_context and
+    user code do) holds the object, not the name, so the object itself is
+    changed: its entry methods become `new`'s, as instance attributes that
+    shadow its class's. Returns the object.
     """
-    old = dynamo_package.DynamoCache
-    dynamo_package.DynamoCache = new
-    precompile_context.DynamoCache = new
-    return old
-
-
-def current_dynamo_cache() -> Any:
-    return dynamo_package.DynamoCache
+    cache = dynamo_package.DynamoCache
+    for name in _DYNAMO_CACHE_METHODS:
+        cache.__dict__.pop(name, None)
+        if new is not None and hasattr(new, name):
+            setattr(cache, name, getattr(new, name))
+    return cache
 
 
 def register_library(cache_class: str, key: str, path: str) -> bool:
@@ -213,17 +308,28 @@ class _KernelCapture:
 kernel_capture = _KernelCapture()
 
 
+def _isa_probe_source() -> str | None:
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return None
+    code = getattr(VecISA, "_avx_code", None)
+    return code if isinstance(code, str) else None
+
+
 def isa_probe_libraries(cache_dir: str) -> list[str]:
     """The CPU instruction-set probe libraries Inductor built in `cache_dir`.
 
     Inductor picks a vector ISA among those the CPU reports (cpuid) by
     compiling a tiny probe library per candidate and dlopen-ing it in a
-    child process; a probe that loaded gets a `.load_ok` marker beside it,
-    and no other library gets one. The probe's cache key covers the compiler
-    version, the ISA flags and the torch version, so a machine that finds the
-    same key would build the same probe: shipping probe and marker spares it
-    both the compiler runs and the child processes (seconds each).
+    child process. The probe's cache key covers the compiler version, the
+    ISA flags and the torch version, so a machine that finds the same key
+    would build the same probe: shipping it spares that machine the compiler
+    runs (seconds each). A probe is recognized by its source beside it
+    (torch's probe program), or, where torch marks a probe that loaded, by
+    its `.load_ok` marker; no other library has either.
     """
+    probe_source = _isa_probe_source()
     found = []
     try:
         subdirs = os.scandir(cache_dir)
@@ -235,11 +341,22 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
                 continue
             with os.scandir(sub.path) as files:
                 for f in files:
-                    if f.name.endswith(".so.load_ok"):
-                        lib = f.path[: -len(".load_ok")]
-                        if os.path.isfile(lib):
-                            found.append(lib)
+                    if not f.name.endswith(".so") or not f.is_file(follow_symlinks=False):
+                        continue
+                    if os.path.isfile(f.path + ".load_ok") or _is_probe(f.path, probe_source):
+                        found.append(f.path)
     return sorted(found)
+
+
+def _is_probe(library: str, probe_source: str | None) -> bool:
+    if probe_source is None:
+        return False
+    source = library[: -len(".so")] + ".cpp"
+    try:
+        with open(source, encoding="utf-8") as f:
+            return f.read(len(probe_source) + 1) == probe_source
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 class _GuardEvaluation:
@@ -292,3 +409,239 @@ class _GuardEvaluation:
 
 
 guard_evaluation = _GuardEvaluation()
+
+
+def _picklable_autotuner(autotuner: Any) -> Any:
+    """A statically launched autotuner that pickles: launchers dropped.
+
+    Once a kernel has run, its autotuner holds launchers (driver handles),
+    and pickling it asserts. torch copies its autotuners before they run,
+    but an FX-graph cache hit inside the compiling process hands out a bundle
+    whose autotuners already ran. This copies one the way torch's bundler
+    does, leaving the live one untouched.
+    """
+    kernel = getattr(autotuner, "kernel", None)
+    if not getattr(kernel, "launchers", None) or not hasattr(kernel, "prepare_for_pickle"):
+        return autotuner
+    import copy
+
+    old = kernel.prepare_for_pickle()
+    try:
+        clean = copy.deepcopy(kernel)
+    finally:
+        kernel.restore_after_unpickle(old)
+    if hasattr(clean, "prepare_for_caching"):
+        clean.prepare_for_caching()
+    clean._reload_kernel = None
+    return dataclasses.replace(autotuner, kernel=clean)
+
+
+def picklable_triton_bundle(bundle: Any) -> Any:
+    """`bundle` with every static autotuner in picklable form."""
+    autotuners = getattr(bundle, "static_autotuners", None)
+    if not autotuners:
+        return bundle
+    clean = [_picklable_autotuner(a) for a in autotuners]
+    if all(c is a for c, a in zip(clean, autotuners)):
+        return bundle
+    return dataclasses.replace(bundle, static_autotuners=clean)
+
+
+def _make_result_picklable(result: Any) -> None:
+    for side in ("compiled_fw", "compiled_bw"):
+        graph = getattr(getattr(result, side, None), "result", None)
+        bundle = getattr(graph, "_triton_bundle", None)
+        if bundle is not None:
+            graph._triton_bundle = picklable_triton_bundle(bundle)
+
+
+class _BackendCapture:
+    """Records a backend for every graph AOTAutograd compiles or serves.
+
+    torch records each graph's result under its backend id when it saves
+    the result to AOTAutogradCache, or when a lookup hits. On some paths it
+    does not: on CUDA, a graph served by an FX-graph cache hit inside the
+    compiling process carries Triton autotuners that already ran, the save
+    fails to pickle them, and nothing is recorded; the entry is then saved
+    without that graph's code, which compiles again when loaded. While
+    installed, the save gets picklable copies of those autotuners, and a hit
+    torch did not record is recorded. The recorded artifact is the result
+    torch itself serves, so an equal backend is stored once however many
+    ids use it.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self._original_save: Any = None
+
+    def start(self) -> None:
+        from torch._functorch._aot_autograd import autograd_cache
+
+        cache = getattr(autograd_cache, "AOTAutogradCache", None)
+        lookup = None if cache is None else cache.__dict__.get("_lookup")
+        save = None if cache is None else cache.__dict__.get("save")
+        if self._original is not None or not isinstance(lookup, staticmethod):
+            return
+        self._original = lookup
+        original = lookup.__func__
+        if isinstance(save, staticmethod):
+            self._original_save = save
+            original_save = save.__func__
+
+            @functools.wraps(original_save)
+            def _save(key: str, entry: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    _make_result_picklable(entry)
+                except Exception:
+                    log.debug("preparing Triton autotuners for the cache", exc_info=True)
+                return original_save(key, entry, *args, **kwargs)
+
+            cache.save = staticmethod(_save)
+
+        @functools.wraps(original)
+        def _lookup(key: str, local: bool, remote: bool, args: Any, cache_info: Any, aot_config: Any) -> Any:
+            result = original(key, local, remote, args, cache_info, aot_config)
+            backend_id = getattr(aot_config, "precompile_backend_id", None)
+            if result is not None and backend_id is not None:
+                if PrecompileContext.serialize_artifact_by_key(backend_id) is None:
+                    counters["precompile"]["backends_captured"] += 1
+                    PrecompileContext.record_artifact(
+                        BundledAOTAutogradCacheArtifact(backend_id, result[0])
+                    )
+            return result
+
+        cache._lookup = staticmethod(_lookup)
+
+    def stop(self) -> None:
+        if self._original is None:
+            return
+        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+
+        AOTAutogradCache._lookup = self._original
+        if self._original_save is not None:
+            AOTAutogradCache.save = self._original_save
+        self._original = None
+        self._original_save = None
+
+
+backend_capture = _BackendCapture()
+
+
+class InstallFailed(RuntimeError):
+    """A loaded entry could not be installed; torch compiles the function."""
+
+
+# unique_id() names end in its counter ("__builtins_dict___3"); compiled
+# functions carry it after their prefix ("__compiled_fn_12_<uuid>").
+_UNIQUE_SUFFIX = re.compile(r"_(\d+)(?:_[0-9a-f]{8}_[0-9a-f_]+)?$")
+
+
+class _InstallHardening:
+    """Makes installing a loaded entry all-or-nothing.
+
+    `CompilePackage.install` puts compiled functions and builtins dicts into
+    module globals under names from the saving process's `unique_id`
+    counter, then restores guards. Two things go wrong in the loading
+    process. A later compile there numbers its globals from zero and can
+    take a name an installed entry already holds: Dynamo's `CleanupHook`
+    then asserts, inside the user's call. And an entry whose guards cannot
+    be rebuilt here raises whatever the guard unpickler raises, which
+    Dynamo only catches as RuntimeError. While installed, a failed install
+    is undone completely and raised as RuntimeError (Dynamo then compiles
+    the function as if nothing was stored), and a successful one moves the
+    counter past every name it installed.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self.on_failure: Any = None
+
+    def start(self) -> None:
+        if self._original is not None:
+            return
+        original = CompilePackage.__dict__["install"]
+        self._original = original
+        hardening = self
+
+        @functools.wraps(original)
+        def install(package: Any, backends: Any) -> None:
+            scopes = _entry_scopes(package)
+            before = {id(s): set(s) for s in scopes}
+            try:
+                original(package, backends)
+            except Exception as e:
+                _undo_install(package)
+                if hardening.on_failure is not None:
+                    hardening.on_failure(package, e)
+                raise InstallFailed(f"{type(e).__name__}: {e}") from e
+            finally:
+                _advance_unique_ids(
+                    name for s in scopes for name in set(s) - before[id(s)]
+                )
+
+        CompilePackage.install = install  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        if self._original is None:
+            return
+        CompilePackage.install = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+install_hardening = _InstallHardening()
+
+
+def _entry_scopes(package: Any) -> list[dict[str, Any]]:
+    scopes: dict[int, dict[str, Any]] = {}
+    for entry in getattr(package, "_codes", {}).values():
+        module = sys.modules.get(getattr(entry, "python_module", ""))
+        if module is not None:
+            scopes[id(module.__dict__)] = module.__dict__
+    return list(scopes.values())
+
+
+def _undo_install(package: Any) -> None:
+    """Remove what a failed install left: globals and guarded entries."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    try:
+        package.uninstall()
+    except Exception:
+        log.debug("uninstalling a failed package", exc_info=True)
+    for code, entry in getattr(package, "_codes", {}).items():
+        targets = [code]
+        if getattr(entry, "code_source", None):
+            try:
+                targets.append(dynamo_package._lookup_code(entry))
+            except Exception:
+                pass
+        for target in targets:
+            try:
+                _reset_precompile_entries(target)
+            except Exception:
+                log.debug("resetting precompile entries", exc_info=True)
+    # Dynamo answers a failed install by initializing the same package
+    # afresh, which it refuses for an initialized one: make it new again.
+    try:
+        type(package).__init__(package, None)
+    except Exception:
+        log.debug("resetting a failed package", exc_info=True)
+
+
+def _advance_unique_ids(names: Any) -> None:
+    import torch._dynamo.bytecode_transformation as bt
+
+    counter = getattr(bt, "_unique_id_counter", None)
+    if counter is None:
+        return
+    highest = -1
+    for name in names:
+        m = _UNIQUE_SUFFIX.search(name)
+        if m is not None:
+            highest = max(highest, int(m.group(1)))
+    if highest < 0:
+        return
+    # itertools.count cannot be read without advancing it: take the next
+    # value and continue from whichever is larger.
+    nxt = next(counter)
+    bt._unique_id_counter = itertools.count(max(nxt, highest + 1))

@@ -168,6 +168,8 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
             out.print(f"[red]corrupt[/] {d}")
         for d in doc["missing"]:
             out.print(f"[red]missing[/] {d}")
+        for d in doc.get("unknown", []):
+            out.print(f"[red]unknown manifest version[/] {d}")
         out.print(f"{len(doc['corrupt'])} corrupt, {len(doc['missing'])} missing of {doc['objects']} objects")
     return 0 if doc["ok"] else 1
 

@@ -16,8 +16,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ._torch_compat import PrecompileCacheEntry, PrecompileContext, counters
+from ._torch_compat import PrecompileCacheEntry, PrecompileContext, bypassed_copy, counters
 from .entries import SaveMemo, put_entry
+from .protocols import WriteStore
 
 __all__ = [
     "PrecompileWarning",
@@ -48,13 +49,15 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
     A backend PrecompileContext never recorded is reported (a
     PrecompileWarning and `counters["precompile"]["missing_backend"]`); its
     code is kept without compiled graphs, so Dynamo compiles that code when
-    the entry is loaded, the outcome torch also chooses. Returns the entry and
+    the entry is loaded, the outcome torch also chooses. The live entry is
+    never changed: a bypassed code is marked on a copy. Returns the entry and
     how many backends were missing.
     """
     backends = PrecompileContext._backend_artifacts_by_key
     content: dict[Any, Any] = {}
     missing_total = 0
-    for code in dynamo_entry.codes:
+    bypass: set[int] = set()
+    for index, code in enumerate(dynamo_entry.codes):
         missing = [bid for bid in code.backend_ids if bid not in backends]
         if missing:
             missing_total += len(missing)
@@ -67,11 +70,12 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
                 ),
                 stacklevel=3,
             )
-            code.bypassed = True
+            bypass.add(index)
             continue
         for bid in code.backend_ids:
             content[bid] = backends[bid]
-    return PrecompileCacheEntry(dynamo=dynamo_entry, backends=content), missing_total
+    entry = PrecompileCacheEntry(dynamo=bypassed_copy(dynamo_entry, bypass), backends=content)
+    return entry, missing_total
 
 
 def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
@@ -85,7 +89,7 @@ def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
 
 
 def save_context(
-    store: Any, on_written: Callable[[str, PrecompileCacheEntry], None] | None = None
+    store: WriteStore, on_written: Callable[[str, PrecompileCacheEntry], None] | None = None
 ) -> SaveReport:
     """Write every entry PrecompileContext holds to `store`.
 

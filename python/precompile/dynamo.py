@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import os
 import pickle
@@ -22,6 +23,7 @@ from . import _torch_compat as tc
 from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
+from .protocols import ReadStore, WriteStore
 
 __all__ = [
     "StoreDynamoCache",
@@ -42,19 +44,18 @@ def _record_for_mega_cache(key: str, entry: tc.PrecompileCacheEntry) -> None:
     process can load it with or without precompile installed; with it
     installed, `_write_to_local_cache` turns it back into store form.
     """
-    from torch._dynamo.package import PrecompileCacheArtifact
-    from torch.compiler._cache import CacheArtifactRecorder
-
-    CacheArtifactRecorder(PrecompileCacheArtifact.type(), key).record(pickle.dumps(entry))
+    tc.record_for_mega_cache(key, pickle.dumps(entry))
 
 
 class StoreDynamoCache(tc.DynamoStore):
     """torch's DynamoStore interface over a precompile `Store`."""
 
-    def __init__(self, store: Any) -> None:
+    def __init__(self, store: ReadStore, writable: WriteStore | None = None) -> None:
+        from .layers import writable_of
+
         self.store = store
         # Reads go through every layer; writes only to the writable store.
-        self.writable = getattr(store, "writable", store)
+        self.writable = writable_of(store) if writable is None else writable
 
     # -- the DiskDynamoCache surface -------------------------------------
     def path_prefix(self) -> str:
@@ -174,9 +175,28 @@ _atexit_registered = False
 def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
     # Replaces PrecompileContext.save_to_dynamo_cache while installed, so
     # torch.compiler.save_cache_artifacts() stitches and stores our way and
-    # the entries also travel in its Mega-Cache blob.
+    # the entries also travel in its Mega-Cache blob. Callers get torch's own
+    # return value; the store's report rides along under its own key.
+    info = tc.debug_info(
+        tc.PrecompileContext._dynamo_cache_entries, tc.PrecompileContext._backend_artifacts_by_key
+    )
     report = _save(on_written=_record_for_mega_cache)
-    return {"entries": report.entries, "unique_backends": report.unique_backends}
+    info["precompile"] = dataclasses.asdict(report)
+    return info
+
+
+def _install_failed(package: Any, error: BaseException) -> None:
+    counters = tc.counters["precompile"]
+    counters["install_failed"] += 1
+    name = getattr(getattr(package, "_innermost_fn", None), "__qualname__", "?")
+    log.debug("installing the stored entry for %s failed", name, exc_info=error)
+    warnings.warn(
+        PrecompileWarning(
+            f"precompile entry for {name} could not be installed "
+            f"({type(error).__name__}: {error}); compiling instead"
+        ),
+        stacklevel=2,
+    )
 
 
 def install(
@@ -218,6 +238,9 @@ def install(
             torch._dynamo.config.caching_precompile = True
         tc.kernel_capture.start()
         tc.guard_evaluation.start()
+        tc.backend_capture.start()
+        tc.install_hardening.on_failure = _install_failed
+        tc.install_hardening.start()
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
@@ -232,11 +255,13 @@ def uninstall() -> None:
     with _lock:
         if _active is None:
             return
-        tc.swap_dynamo_cache(_active.previous)
+        tc.swap_dynamo_cache(None)
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         torch._dynamo.config.caching_precompile = _active.was_enabled
         tc.kernel_capture.stop()
         tc.guard_evaluation.stop()
+        tc.backend_capture.stop()
+        tc.install_hardening.stop()
         _active = None
 
 

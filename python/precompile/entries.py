@@ -11,33 +11,33 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import kernels, pickling
+from . import kernels
 from ._torch_compat import (
     TORCH_VERSION,
+    TRITON_VERSION,
     BundledAOTAutogradCacheArtifact,
     CompiledFxGraph,
     PrecompileCacheEntry,
+    entry_source_location,
     inductor_cache_dir,
     isa_probe_libraries,
 )
 from .artifacts import StoredBackendArtifact
+from .protocols import ReadStore, WriteStore
 from .results import (
-    PICKLED_KIND,
     StoredBackend,
-    binding_children,
     get_many,
     load_pickled,
-    pickled_children,
     put_binding,
     put_pickled,
     read_manifest,
 )
+from .schema import BackendUse, EntryMeta, PickledArtifactMeta, PickledRef, SourceLocation
 
-__all__ = ["ENTRY_KIND", "REF_PREFIX", "SaveMemo", "fetch_entry", "put_entry", "ref_name"]
+__all__ = ["REF_PREFIX", "SaveMemo", "fetch_entry", "put_entry", "read_entry_meta", "ref_name"]
 
-ENTRY_KIND = "precompile/entry"
-ENTRY_FORMAT = 1
 REF_PREFIX = "dynamo/"
+
 
 @dataclasses.dataclass
 class SaveMemo:
@@ -49,7 +49,7 @@ class SaveMemo:
     """
 
     backends: dict[int, str] = dataclasses.field(default_factory=dict)
-    isa: list[list[str]] | None = None
+    isa: tuple[tuple[str, str], ...] | None = None
 
 
 def ref_name(key: str) -> str:
@@ -67,8 +67,8 @@ def _bundled_fx(artifact: Any) -> bool:
     )
 
 
-def put_backend(store: Any, artifact: Any, memo: dict[int, str]) -> dict[str, Any]:
-    """Store one backend artifact; returns its entry record.
+def put_backend(store: WriteStore, artifact: Any, memo: dict[int, str]) -> BackendUse:
+    """Store one backend artifact; returns how the entry uses it.
 
     The record names the backend manifest (shared by every use of an equal
     backend) and this use's binding (see `results.put_binding`).
@@ -77,106 +77,108 @@ def put_backend(store: Any, artifact: Any, memo: dict[int, str]) -> dict[str, An
         digest = artifact.stored_digest
         if digest is not None and store.contains(digest):
             memo[id(artifact)] = digest
-            return {"manifest": digest, "binding": artifact.stored.binding_meta()}
+            return BackendUse(digest, artifact.stored.binding)
     if isinstance(artifact, StoredBackendArtifact) or _bundled_fx(artifact):
         content = artifact.content
         if id(artifact) not in memo:
             memo[id(artifact)] = StoredBackend.put(store, content)
-        return {"manifest": memo[id(artifact)], "binding": put_binding(store, content)}
+        return BackendUse(memo[id(artifact)], put_binding(store, content))
     if id(artifact) not in memo:
         # Other backends (eager, regional inductor, future types) keep
         # torch's own pickling, still deduplicated by content.
-        ref = put_pickled(store, artifact)
-        memo[id(artifact)] = store.put_manifest(
-            sorted({ref["record"], *ref["parts"]}), {"kind": PICKLED_KIND, "artifact": ref}
-        )
-    return {"manifest": memo[id(artifact)], "binding": None}
+        meta = PickledArtifactMeta(put_pickled(store, artifact))
+        memo[id(artifact)] = store.put_manifest(sorted(set(meta.children())), meta.to_json())
+    return BackendUse(memo[id(artifact)], None)
 
 
-def _put_isa_probes(store: Any) -> list[list[str]]:
+def _put_isa_probes(store: WriteStore) -> tuple[tuple[str, str], ...]:
     cache_dir = inductor_cache_dir()
     isa = []
     for path in isa_probe_libraries(cache_dir):
         rel = kernels.library_relpath(path, cache_dir)
         if rel is not None:
-            isa.append([rel, store.put_file(path)])
-    return isa
+            isa.append((rel, store.put_file(path)))
+    return tuple(isa)
 
 
 def put_entry(
-    store: Any, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None
+    store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None
 ) -> str:
     """Store `entry` under `key`; returns the entry manifest digest."""
     memo = SaveMemo() if memo is None else memo
     dynamo = put_pickled(store, entry.dynamo)
-    backends = {bid: put_backend(store, art, memo.backends) for bid, art in sorted(entry.backends.items())}
-    isa: list[list[str]] = []
+    backends = {
+        str(bid): put_backend(store, art, memo.backends)
+        for bid, art in sorted(entry.backends.items())
+    }
+    isa: tuple[tuple[str, str], ...] = ()
     if entry.dynamo.device_type == "cpu":
         if memo.isa is None:
             memo.isa = _put_isa_probes(store)
         isa = memo.isa
-    meta = {
-        "kind": ENTRY_KIND,
-        "format": ENTRY_FORMAT,
-        "key": key,
-        "torch": TORCH_VERSION,
-        "fn_name": entry.dynamo.fn_name,
-        "device_type": entry.dynamo.device_type,
-        "dynamo": dynamo,
-        "backends": backends,
-        "isa": isa,
-    }
-    children = {dynamo["record"], *dynamo["parts"], *(d for _, d in isa)}
-    for record in backends.values():
-        children.add(record["manifest"])
-        if record["binding"] is not None:
-            children.update(binding_children(record["binding"]))
-    digest = store.put_manifest(sorted(children), meta)
+    qualname, source_file, line = entry_source_location(entry.dynamo)
+    meta = EntryMeta(
+        key=key,
+        torch=TORCH_VERSION,
+        triton=TRITON_VERSION,
+        device_type=entry.dynamo.device_type,
+        source=SourceLocation(qualname, source_file, line),
+        dynamo=dynamo,
+        backends=backends,
+        isa=isa,
+    )
+    digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
     store.set_ref(ref_name(key), digest)
     return digest
 
 
-def fetch_entry(store: Any, digest: str) -> PrecompileCacheEntry:
+def read_entry_meta(store: ReadStore, digest: str) -> EntryMeta:
+    """The validated metadata of the entry manifest `digest`."""
+    _, doc = read_manifest(store, digest)
+    return EntryMeta.from_json(doc)
+
+
+def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
     """Read, verify and unpack an entry; places its kernel libraries.
 
     The manifests are read first; then every blob the load path needs is
     read (and so verified) in one batch, before any of them is unpickled: a
     corrupt or missing object raises here, never later inside torch.
     """
-    _, meta = read_manifest(store, digest)
-    if meta.get("kind") != ENTRY_KIND:
-        raise ValueError(f"{digest} is not a precompile entry")
-    if meta.get("format") != ENTRY_FORMAT:
-        raise ValueError(f"entry format {meta.get('format')!r} is not supported")
-    if meta.get("torch") != TORCH_VERSION:
-        raise ValueError(f"entry was saved by torch {meta.get('torch')}, this is {TORCH_VERSION}")
-    isa = [(kernels.validate_library_path(rel), d) for rel, d in meta["isa"]]
+    meta = read_entry_meta(store, digest)
+    if meta.torch != TORCH_VERSION:
+        raise ValueError(f"entry was saved by torch {meta.torch}, this is {TORCH_VERSION}")
+    isa = [(kernels.validate_library_path(rel), d) for rel, d in meta.isa]
     blobs: dict[str, Any] = {}
-    needed = pickled_children(meta["dynamo"]) + [d for _, d in isa]
+    needed = meta.dynamo.children() + [d for _, d in isa]
     # Backend manifests by digest: a backend several codes use is read once.
-    stored: dict[str, Any] = {}
-    for record in meta["backends"].values():
-        manifest, binding = record["manifest"], record["binding"]
-        if manifest not in stored:
-            _, backend = read_manifest(store, manifest)
-            if backend.get("kind") == PICKLED_KIND:
-                stored[manifest] = backend["artifact"]
-                needed += pickled_children(backend["artifact"])
+    stored: dict[str, StoredBackend | PickledRef] = {}
+    for use in meta.backends.values():
+        if use.manifest not in stored:
+            _, doc = read_manifest(store, use.manifest)
+            if doc.get("kind") == PickledArtifactMeta.KIND:
+                ref = PickledArtifactMeta.from_json(doc).artifact
+                stored[use.manifest] = ref
+                needed += ref.children()
             else:
-                stored[manifest] = StoredBackend.read(store, manifest, binding, blobs)
-                needed += stored[manifest].needed()
-        if binding is not None:
-            needed += binding_children(binding)
+                if use.binding is None:
+                    raise ValueError(f"backend {use.manifest} is used without a binding")
+                backend = StoredBackend.read(store, use.manifest, use.binding, blobs)
+                stored[use.manifest] = backend
+                needed += backend.needed()
+        if use.binding is not None:
+            needed += use.binding.children()
     blobs.update(get_many(store, needed))
 
     backends = {}
-    for bid, record in meta["backends"].items():
-        held = stored[record["manifest"]]
+    for bid, use in meta.backends.items():
+        held = stored[use.manifest]
         if isinstance(held, StoredBackend):
-            backends[bid] = StoredBackendArtifact(bid, held.with_binding(record["binding"]))
+            assert use.binding is not None
+            backends[bid] = StoredBackendArtifact(bid, held.with_binding(use.binding))
         else:
             backends[bid] = load_pickled(held, blobs)
-    dynamo = load_pickled(meta["dynamo"], blobs)
+    dynamo = load_pickled(meta.dynamo, blobs)
     cache_dir = inductor_cache_dir()
     for rel, d in isa:
         kernels.place_library(cache_dir, rel, blobs[d])

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._core import MissingObjectError, Store
+from .protocols import BatchRead, ReadStore, WriteStore
 
-__all__ = ["LayeredStore", "open_layer", "open_layered"]
+__all__ = ["LayeredStore", "open_layer", "open_layered", "writable_of"]
 
 
 def open_layer(layer: Any) -> Any:
@@ -35,7 +36,7 @@ class LayeredStore:
     # The `RemoteLayer` among the layers, which saves also push to.
     remote: Any = None
 
-    def __init__(self, writable: Store, layers: Sequence[Any]) -> None:
+    def __init__(self, writable: Store, layers: Sequence[ReadStore]) -> None:
         self.writable = writable
         self.layers = tuple(layers)
         self._all = (writable, *self.layers)
@@ -60,9 +61,11 @@ class LayeredStore:
         for layer in self._all:
             here = [i for i in pending if layer.contains(digests[i])]
             if here:
-                batch = getattr(layer, "get_many", None)
                 wanted = [digests[i] for i in here]
-                got = batch(wanted) if batch is not None else [layer.get(d) for d in wanted]
+                if isinstance(layer, BatchRead):
+                    got = layer.get_many(wanted)
+                else:
+                    got = [layer.get(d) for d in wanted]
                 for i, blob in zip(here, got):
                     out[i] = blob
                 pending = [i for i in pending if out[i] is None]
@@ -94,7 +97,7 @@ class LayeredStore:
         return getattr(self.writable, name)
 
 
-def open_layered(path: str, layers: Sequence[Any] = (), remote: Any = None) -> Any:
+def open_layered(path: str, layers: Sequence[Any] = (), remote: Any = None) -> Store | LayeredStore:
     """The store at `path`, layered over `layers` and then `remote` (a `Remote`), if any."""
     store = Store(path)
     if not layers and remote is None:
@@ -108,3 +111,12 @@ def open_layered(path: str, layers: Sequence[Any] = (), remote: Any = None) -> A
     if remote is not None:
         layered.remote = opened[-1]
     return layered
+
+
+def writable_of(store: ReadStore) -> WriteStore:
+    """Where writes to `store` go: the writable store under a layered one."""
+    if isinstance(store, LayeredStore):
+        return store.writable
+    if isinstance(store, WriteStore):
+        return store
+    raise TypeError(f"{type(store).__name__} is read-only")

@@ -34,6 +34,16 @@ from typing import Any
 
 from . import graph as graph_codec
 from . import kernels, pickling
+from .protocols import BatchRead, ReadStore, WriteStore
+from .schema import (
+    BackendMeta,
+    Binding,
+    GraphMeta,
+    LibraryRef,
+    PickledRef,
+    TritonFile,
+    TritonKernelRef,
+)
 from ._torch_compat import (
     BundledAOTAutogradResult,
     CompiledFxGraph,
@@ -42,23 +52,19 @@ from ._torch_compat import (
     TritonKernelArtifacts,
     inductor_cache_dir,
     kernel_capture,
+    picklable_triton_bundle,
     register_library,
 )
 
 __all__ = [
     "StoredBackend",
     "StoredGraph",
-    "binding_children",
     "get_many",
     "load_pickled",
-    "pickled_children",
     "put_binding",
     "put_pickled",
+    "read_manifest",
 ]
-
-GRAPH_KIND = "precompile/fx-graph"
-BACKEND_KIND = "precompile/aot-backend"
-PICKLED_KIND = "precompile/pickled"
 
 _GRAPH_TEXT_FIELDS = (
     "source_code",
@@ -80,35 +86,36 @@ _BACKEND_TEXT_FIELDS = (
     "min_cut_info_str",
 )
 _BACKEND_TIME_FIELDS = ("forward_time_taken_ns", "backward_time_taken_ns")
+# Fields of the saved AOT config that describe one use, not the backend: the
+# sources of the graph's arguments name the user's modules
+# (`self.blocks[3].weight`), so equal blocks would otherwise never share.
+_BINDING_CONFIG_FIELDS = ("aot_autograd_arg_pos_to_source",)
 
 
-def read_manifest(store: Any, digest: str) -> tuple[list[str], dict[str, Any]]:
+def read_manifest(store: ReadStore, digest: str) -> tuple[list[str], dict[str, Any]]:
     children, meta = store.get_manifest(digest)
     return list(children), dict(meta)
 
 
-def put_pickled(store: Any, obj: Any) -> dict[str, Any]:
+def put_pickled(store: WriteStore, obj: Any) -> PickledRef:
     """Store `obj` as a deterministic pickle plus its out-of-band parts."""
     record, parts = pickling.dumps(obj)
-    return {"record": store.put(record), "parts": [store.put(p) for p in parts]}
+    return PickledRef(store.put(record), tuple(store.put(p) for p in parts))
 
 
-def load_pickled(ref: dict[str, Any], blobs: dict[str, Any]) -> Any:
+def load_pickled(ref: PickledRef, blobs: dict[str, Any]) -> Any:
     """Unpickle a `put_pickled` reference from blobs already read."""
-    return pickling.loads(blobs[ref["record"]], [blobs[d] for d in ref["parts"]])
+    return pickling.loads(blobs[ref.record], [blobs[d] for d in ref.parts])
 
 
-def get_many(store: Any, digests: list[str]) -> dict[str, Any]:
+def get_many(store: ReadStore, digests: list[str]) -> dict[str, Any]:
     """Read (and verify) `digests` in one batch where the store can."""
     unique = list(dict.fromkeys(digests))
-    batch = getattr(store, "get_many", None)
-    blobs = batch(unique) if batch is not None else [store.get(d) for d in unique]
+    if isinstance(store, BatchRead):
+        blobs = store.get_many(unique)
+    else:
+        blobs = [store.get(d) for d in unique]
     return dict(zip(unique, blobs))
-
-
-def pickled_children(ref: dict[str, Any] | None) -> list[str]:
-    """The blobs a `put_pickled` reference names."""
-    return [] if ref is None else [ref["record"], *ref["parts"]]
 
 
 def _pack(data: bytes) -> bytes:
@@ -131,7 +138,7 @@ def _unpack(blob: Any) -> bytes:
 
 
 def _put_fields(
-    store: Any, obj: Any, text: Sequence[str], as_json: Sequence[str] = ()
+    store: WriteStore, obj: Any, text: Sequence[str], as_json: Sequence[str] = ()
 ) -> dict[str, str]:
     out = {}
     for name in (*text, *as_json):
@@ -167,16 +174,18 @@ class StoredGraph:
     """
 
     digest: str
-    meta: dict[str, Any]
+    meta: GraphMeta
     blobs: dict[str, Any]
 
     @staticmethod
-    def put(store: Any, graph: CompiledFxGraph) -> str:
+    def put(store: WriteStore, graph: CompiledFxGraph) -> str:
         """Store `graph`; returns its manifest digest."""
         fields = _put_fields(store, graph, _GRAPH_TEXT_FIELDS, _GRAPH_JSON_FIELDS)
-        triton_meta, static_ref = [], None
+        triton: list[TritonKernelRef] = []
+        static_ref = None
         bundle = getattr(graph, "_triton_bundle", None)
         if bundle is not None:
+            bundle = picklable_triton_bundle(bundle)
             for kernel in bundle.kernel_artifacts:
                 files = []
                 for artifact in kernel.artifacts:
@@ -189,10 +198,8 @@ class StoredGraph:
                     else:
                         # IR, PTX and the kernel source: kept, never loaded.
                         digest = store.put(_pack(artifact.payload))
-                    files.append([artifact.filename, digest, load_digest])
-                triton_meta.append(
-                    {"hash": kernel.kernel_hash, "device": kernel.device, "files": files}
-                )
+                    files.append(TritonFile(artifact.filename, digest, load_digest))
+                triton.append(TritonKernelRef(kernel.kernel_hash, int(kernel.device), tuple(files)))
             if bundle.static_autotuners:
                 static_ref = put_pickled(store, list(bundle.static_autotuners))
         cache_dir = inductor_cache_dir()
@@ -200,98 +207,85 @@ class StoredGraph:
         for path, key, cache_class in kernel_capture.libraries_for(graph.cache_key):
             rel = kernels.library_relpath(path, cache_dir)
             if rel is not None:
-                libraries.append([rel, store.put_file(path), key, cache_class])
+                libraries.append(LibraryRef(rel, store.put_file(path), key, cache_class))
 
         skeleton = copy.copy(graph)
         for name in (*fields, "_triton_bundle"):
             setattr(skeleton, name, None)
         _zero(skeleton, _GRAPH_TIME_FIELDS)
-        skel_ref = put_pickled(store, skeleton)
-
-        children = pickled_children(skel_ref) + list(fields.values())
-        for kernel in triton_meta:
-            for _, digest, load_digest in kernel["files"]:
-                children.append(digest)
-                if load_digest is not None:
-                    children.append(load_digest)
-        children += pickled_children(static_ref) + [lib[1] for lib in libraries]
-        meta = {
-            "kind": GRAPH_KIND,
-            "skeleton": skel_ref,
-            "fields": fields,
-            "triton": triton_meta,
-            "static_autotuners": static_ref,
-            "libraries": libraries,
-        }
-        return store.put_manifest(sorted(set(children)), meta)
+        meta = GraphMeta(
+            skeleton=put_pickled(store, skeleton),
+            fields=fields,
+            triton=tuple(triton),
+            static_autotuners=static_ref,
+            libraries=tuple(libraries),
+        )
+        return store.put_manifest(sorted(set(meta.children())), meta.to_json())
 
     @classmethod
-    def read(cls, store: Any, digest: str, blobs: dict[str, Any]) -> StoredGraph:
+    def read(cls, store: ReadStore, digest: str, blobs: dict[str, Any]) -> StoredGraph:
         """Read and check the manifest; the blobs come later, in one batch."""
-        _, meta = read_manifest(store, digest)
-        if meta.get("kind") != GRAPH_KIND:
-            raise ValueError(f"{digest} is not a stored graph")
-        for lib in meta["libraries"]:
-            kernels.validate_library_path(lib[0])
+        _, doc = read_manifest(store, digest)
+        meta = GraphMeta.from_json(doc)
+        for lib in meta.libraries:
+            kernels.validate_library_path(lib.relpath)
         return cls(digest=digest, meta=meta, blobs=blobs)
 
     def needed(self) -> list[str]:
         """What loading reads: everything but the Triton IR."""
         meta = self.meta
-        out = pickled_children(meta["skeleton"]) + list(meta["fields"].values())
-        for kernel in meta["triton"]:
-            out += [load for _, _, load in kernel["files"] if load is not None]
-        out += pickled_children(meta.get("static_autotuners"))
-        return out + [lib[1] for lib in meta["libraries"]]
+        out = meta.skeleton.children() + list(meta.fields.values())
+        for kernel in meta.triton:
+            out += [f.load for f in kernel.files if f.load is not None]
+        if meta.static_autotuners is not None:
+            out += meta.static_autotuners.children()
+        return out + [lib.digest for lib in meta.libraries]
 
     def place_libraries(self, cache_dir: str) -> None:
         """Put the C++ kernel libraries where Inductor's loader finds them."""
-        for rel, digest, key, cache_class in self.meta["libraries"]:
-            kernels.place_library(cache_dir, rel, self.blobs[digest])
-            register_library(cache_class, key, os.path.join(cache_dir, rel))
+        for lib in self.meta.libraries:
+            kernels.place_library(cache_dir, lib.relpath, self.blobs[lib.digest])
+            register_library(lib.cache_class, lib.key, os.path.join(cache_dir, lib.relpath))
 
     def materialize(self) -> CompiledFxGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""
         meta, blobs = self.meta, self.blobs
-        graph = load_pickled(meta["skeleton"], blobs)
-        _restore_fields(graph, {n: blobs[d] for n, d in meta["fields"].items()}, _GRAPH_JSON_FIELDS)
-        static = meta.get("static_autotuners")
-        if meta["triton"] or static is not None:
+        graph = load_pickled(meta.skeleton, blobs)
+        _restore_fields(graph, {n: blobs[d] for n, d in meta.fields.items()}, _GRAPH_JSON_FIELDS)
+        if meta.triton or meta.static_autotuners is not None:
             graph._triton_bundle = TritonBundle(
                 kernel_artifacts=[
                     TritonKernelArtifacts(
-                        kernel_hash=kernel["hash"],
-                        device=int(kernel["device"]),
+                        kernel_hash=kernel.kernel_hash,
+                        device=kernel.device,
                         artifacts=[
-                            TritonKernelArtifact(name, bytes(blobs[load]))
-                            for name, _, load in kernel["files"]
-                            if load is not None
+                            TritonKernelArtifact(f.name, bytes(blobs[f.load]))
+                            for f in kernel.files
+                            if f.load is not None
                         ],
                     )
-                    for kernel in meta["triton"]
+                    for kernel in meta.triton
                 ],
-                static_autotuners=[] if static is None else load_pickled(static, blobs),
+                static_autotuners=[]
+                if meta.static_autotuners is None
+                else load_pickled(meta.static_autotuners, blobs),
             )
         return graph
 
 
-def put_binding(store: Any, result: BundledAOTAutogradResult) -> dict[str, Any]:
-    """The per-use part of a result: its AOT id and its graph listings.
+def put_binding(store: WriteStore, result: BundledAOTAutogradResult) -> Binding:
+    """The per-use part of a result (see `schema.Binding`).
 
-    Two functions that compile to the same backend differ only here: the
-    listings name the user's source lines, and the id counts compilations
-    in the process. Kept in the entry rather than the backend manifest, they
-    leave equal backends with equal digests.
+    Kept in the entry rather than the backend manifest, it leaves equal
+    backends with equal digests.
     """
     config = result.sanitized_aot_config
-    return {
-        "aot_id": getattr(config, "aot_id", None),
-        "fields": _put_fields(store, result, _BACKEND_TEXT_FIELDS),
-    }
-
-
-def binding_children(binding: dict[str, Any]) -> list[str]:
-    return list(binding["fields"].values())
+    per_use = {n: getattr(config, n) for n in _BINDING_CONFIG_FIELDS if hasattr(config, n)}
+    return Binding(
+        aot_id=getattr(config, "aot_id", None),
+        config=put_pickled(store, per_use) if per_use else None,
+        fields=_put_fields(store, result, _BACKEND_TEXT_FIELDS),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,14 +293,14 @@ class StoredBackend:
     """A `BundledAOTAutogradResult` in store form, as used once (its binding)."""
 
     digest: str
-    meta: dict[str, Any]
+    meta: BackendMeta
     forward: StoredGraph
     backward: StoredGraph | None
-    binding: dict[str, Any]
+    binding: Binding
     blobs: dict[str, Any]
 
     @staticmethod
-    def put(store: Any, result: BundledAOTAutogradResult) -> str:
+    def put(store: WriteStore, result: BundledAOTAutogradResult) -> str:
         """Store the shareable part of `result`; returns its manifest digest."""
         fw = StoredGraph.put(store, result.compiled_fw.result)
         bw = None
@@ -315,7 +309,7 @@ class StoredBackend:
         bw_module = None
         if result.serialized_bw_module is not None:
             record, parts = graph_codec.serialized_to_bytes(result.serialized_bw_module)
-            bw_module = {"record": store.put(record), "parts": [store.put(p) for p in parts]}
+            bw_module = PickledRef(store.put(record), tuple(store.put(p) for p in parts))
 
         skeleton = copy.copy(result)
         skeleton.compiled_fw = copy.copy(result.compiled_fw)
@@ -324,60 +318,51 @@ class StoredBackend:
             skeleton.compiled_bw = copy.copy(result.compiled_bw)
             skeleton.compiled_bw.result = None
         skeleton.serialized_bw_module = None
-        # The AOT id counts compilations in the process (it travels in the
-        # binding); the backend id names this use (torch clears it on save,
-        # though not in every release). Neither belongs to what is shared.
+        # What travels in the binding, and the backend id (it names this use;
+        # torch clears it on save, though not in every release), do not
+        # belong to what is shared.
         skeleton.sanitized_aot_config = copy.copy(result.sanitized_aot_config)
-        for name, value in (("aot_id", 0), ("precompile_backend_id", None)):
+        neutral = [("aot_id", 0), ("precompile_backend_id", None)]
+        neutral += [(n, None) for n in _BINDING_CONFIG_FIELDS]
+        for name, value in neutral:
             if hasattr(skeleton.sanitized_aot_config, name):
                 setattr(skeleton.sanitized_aot_config, name, value)
         for name in _BACKEND_TEXT_FIELDS:
             if hasattr(skeleton, name):
                 setattr(skeleton, name, None)
         _zero(skeleton, _BACKEND_TIME_FIELDS)
-        skel_ref = put_pickled(store, skeleton)
-
-        children = pickled_children(skel_ref) + [fw] + ([bw] if bw else [])
-        children += pickled_children(bw_module)
-        meta = {
-            "kind": BACKEND_KIND,
-            "skeleton": skel_ref,
-            "forward": fw,
-            "backward": bw,
-            "bw_module": bw_module,
-        }
-        return store.put_manifest(sorted(set(children)), meta)
+        meta = BackendMeta(
+            skeleton=put_pickled(store, skeleton), forward=fw, backward=bw, bw_module=bw_module
+        )
+        return store.put_manifest(sorted(set(meta.children())), meta.to_json())
 
     @classmethod
     def read(
-        cls, store: Any, digest: str, binding: dict[str, Any], blobs: dict[str, Any]
+        cls, store: ReadStore, digest: str, binding: Binding, blobs: dict[str, Any]
     ) -> StoredBackend:
         """Read and check the manifests; the blobs come later, in one batch."""
-        _, meta = read_manifest(store, digest)
-        if meta.get("kind") != BACKEND_KIND:
-            raise ValueError(f"{digest} is not a stored AOTAutograd result")
-        backward = meta["backward"]
+        _, doc = read_manifest(store, digest)
+        meta = BackendMeta.from_json(doc)
         return cls(
             digest=digest,
             meta=meta,
-            forward=StoredGraph.read(store, meta["forward"], blobs),
-            backward=None if backward is None else StoredGraph.read(store, backward, blobs),
+            forward=StoredGraph.read(store, meta.forward, blobs),
+            backward=None if meta.backward is None else StoredGraph.read(store, meta.backward, blobs),
             binding=binding,
             blobs=blobs,
         )
 
     def needed(self) -> list[str]:
         """What loading reads of the shared part (each use adds its binding)."""
-        out = pickled_children(self.meta["skeleton"]) + pickled_children(self.meta["bw_module"])
+        out = self.meta.skeleton.children()
+        if self.meta.bw_module is not None:
+            out += self.meta.bw_module.children()
         out += self.forward.needed()
         return out + (self.backward.needed() if self.backward is not None else [])
 
-    def with_binding(self, binding: dict[str, Any]) -> StoredBackend:
+    def with_binding(self, binding: Binding) -> StoredBackend:
         """The same backend as used elsewhere: shares everything but the binding."""
         return dataclasses.replace(self, binding=binding)
-
-    def binding_meta(self) -> dict[str, Any]:
-        return self.binding
 
     def place_libraries(self, cache_dir: str) -> None:
         self.forward.place_libraries(cache_dir)
@@ -386,18 +371,21 @@ class StoredBackend:
 
     def materialize(self) -> BundledAOTAutogradResult:
         """A fresh `BundledAOTAutogradResult`, as torch recorded it."""
-        blobs = self.blobs
-        result = load_pickled(self.meta["skeleton"], blobs)
-        _restore_fields(result, {n: blobs[d] for n, d in self.binding["fields"].items()})
-        aot_id = self.binding.get("aot_id")
-        if aot_id is not None and hasattr(result.sanitized_aot_config, "aot_id"):
-            result.sanitized_aot_config.aot_id = aot_id
+        blobs, binding = self.blobs, self.binding
+        result = load_pickled(self.meta.skeleton, blobs)
+        _restore_fields(result, {n: blobs[d] for n, d in binding.fields.items()})
+        config = result.sanitized_aot_config
+        if binding.aot_id is not None and hasattr(config, "aot_id"):
+            config.aot_id = binding.aot_id
+        if binding.config is not None:
+            for name, value in load_pickled(binding.config, blobs).items():
+                setattr(config, name, value)
         result.compiled_fw.result = self.forward.materialize()
         if self.backward is not None:
             result.compiled_bw.result = self.backward.materialize()
-        bw_module = self.meta["bw_module"]
+        bw_module = self.meta.bw_module
         if bw_module is not None:
             result.serialized_bw_module = graph_codec.serialized_from_bytes(
-                blobs[bw_module["record"]], [blobs[p] for p in bw_module["parts"]]
+                blobs[bw_module.record], [blobs[p] for p in bw_module.parts]
             )
         return result

@@ -1,6 +1,5 @@
 //! Opening a bundle: map it read-only, validate all metadata, and serve blobs zero-copy.
 
-use std::fs::File;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -52,7 +51,9 @@ impl Bundle {
     /// in place, so this holds unless another program truncates or rewrites the file.
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle, Error> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| io_error(&path, e))?;
+        // Not File::open: a FIFO would block the open forever, and a device
+        // (`/dev/zero`) would map endless bytes. Regular files only.
+        let file = crate::store::open_regular(&path)?;
         let file_len = file.metadata().map_err(|e| io_error(&path, e))?.len();
         // Too short for header + trailer; checked before mapping since an empty file
         // cannot be mapped at all.

@@ -5,7 +5,6 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::format::{self, Header, HEADER_LEN, MIN_ALIGN, PAGE_ALIGN};
 use super::{corrupt_error, index, io_error, missing_error, refs};
@@ -41,8 +40,10 @@ pub struct BundleWriter {
     finished: bool,
 }
 
-// Distinguishes temporary files of writers in the same process.
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+/// A temporary file beside the target older than this belongs to an export
+/// that was killed: nothing writes a bundle for that long without touching
+/// the file. [`BundleWriter::create`] removes such leftovers.
+pub const STALE_TMP_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 // Padding source; blobs are at most a page apart.
 static ZEROS: [u8; PAGE_ALIGN as usize] = [0; PAGE_ALIGN as usize];
 // Read size for streamed blobs: large enough to amortize syscalls and let blake3 use SIMD.
@@ -59,12 +60,11 @@ impl BundleWriter {
                 io::Error::new(io::ErrorKind::InvalidInput, "bundle path has no file name"),
             )
         })?;
-        let tmp_name = format!(
-            ".{}.{}.{}.tmp",
-            name.to_string_lossy(),
-            std::process::id(),
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-        );
+        let name = name.to_string_lossy().into_owned();
+        remove_stale_tmp(&path, &name);
+        // Unpredictable and created with O_EXCL: a pid namespace repeating
+        // pids, or another user planting a name, cannot collide with it.
+        let tmp_name = format!(".{name}.{}.tmp", crate::store::durable::random_name());
         let tmp_path = path.with_file_name(tmp_name);
         let file = OpenOptions::new()
             .write(true)
@@ -306,6 +306,59 @@ impl Drop for BundleWriter {
     }
 }
 
+/// Whether `entry` is the name of a temporary file a writer for `name`
+/// creates: `.<name>.<32 hex>.tmp`, or `.<name>.<pid>.<n>.tmp` as written by
+/// earlier versions.
+fn is_tmp_name_for(entry: &str, name: &str) -> bool {
+    let Some(middle) = (entry.strip_prefix('.'))
+        .and_then(|e| e.strip_prefix(name))
+        .and_then(|e| e.strip_prefix('.'))
+        .and_then(|e| e.strip_suffix(".tmp"))
+    else {
+        return false;
+    };
+    let random = middle.len() == 32 && middle.bytes().all(|b| b.is_ascii_hexdigit());
+    let counted = (middle.split_once('.')).is_some_and(|(a, b)| {
+        [a, b]
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|c| c.is_ascii_digit()))
+    });
+    random || counted
+}
+
+/// Removes temporary files of killed writers for the same target (regular
+/// files only, never following a link), older than [`STALE_TMP_AGE`].
+/// Best effort: a failure here must not stop the export.
+fn remove_stale_tmp(path: &Path, name: &str) {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(entry_name) = file_name.to_str() else {
+            continue;
+        };
+        if !is_tmp_name_for(entry_name, name) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+            continue;
+        };
+        let age = meta
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok());
+        if meta.is_file() && age.is_some_and(|a| a > STALE_TMP_AGE) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn sync_parent_dir(path: &Path) -> Result<(), Error> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -314,4 +367,46 @@ fn sync_parent_dir(path: &Path) -> Result<(), Error> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io_error(dir, e))
+}
+
+#[cfg(test)]
+mod tmp_name_tests {
+    use super::*;
+
+    #[test]
+    fn recognizes_own_temporary_names() {
+        assert!(is_tmp_name_for(
+            ".m.bundle.0123456789abcdef0123456789abcdef.tmp",
+            "m.bundle"
+        ));
+        assert!(is_tmp_name_for(".m.bundle.123.4.tmp", "m.bundle"));
+        assert!(!is_tmp_name_for(".m.bundle.tmp", "m.bundle"));
+        assert!(!is_tmp_name_for(".other.123.4.tmp", "m.bundle"));
+        assert!(!is_tmp_name_for("m.bundle", "m.bundle"));
+        assert!(!is_tmp_name_for(".m.bundle.12x.4.tmp", "m.bundle"));
+    }
+
+    #[test]
+    fn create_removes_stale_leftovers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("m.bundle");
+        let stale = dir
+            .path()
+            .join(".m.bundle.0123456789abcdef0123456789abcdef.tmp");
+        let fresh = dir.path().join(".m.bundle.99.1.tmp");
+        for p in [&stale, &fresh] {
+            std::fs::write(p, b"partial").unwrap();
+        }
+        let old = std::time::SystemTime::now() - STALE_TMP_AGE * 2;
+        File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let writer = BundleWriter::create(&target).unwrap();
+        assert!(!stale.exists());
+        assert!(fresh.exists());
+        writer.finish().unwrap();
+    }
 }

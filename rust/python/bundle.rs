@@ -274,6 +274,7 @@ pub(super) fn import<'py>(
     d.set_item("bytes_new", r.bytes_new)?;
     d.set_item("refs", r.refs)?;
     d.set_item("refs_changed", r.refs_changed)?;
+    d.set_item("objects_repaired", r.objects_repaired)?;
     Ok(d)
 }
 

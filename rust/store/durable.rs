@@ -1,28 +1,44 @@
 //! Crash-safe file primitives: private tmp files, directory fsync, mtimes.
 //!
 //! Everything that becomes visible in the store is first written completely
-//! to a uniquely named file in `tmp/` and fsynced; only then is it linked or
+//! to a randomly named file in `tmp/` and fsynced; only then is it linked or
 //! renamed into place, and the directory fsynced so the new entry survives a
 //! crash. A reader can therefore never observe a partial object or ref.
 
-use std::collections::hash_map::RandomState;
-use std::ffi::CString;
-use std::fs::{self, File, OpenOptions};
-use std::hash::{BuildHasher, Hasher};
+use std::fs::{self, File};
 use std::io::{self, Write};
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
-use crate::error::{Error, IoContext, Result};
+use rustix::fs::{self as rfs, AtFlags, OFlags, Timestamps};
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+use crate::error::{Error, IoContext, Result};
+use crate::store::beneath::Dir;
 
 /// fsyncs a directory, making the entries created or removed in it durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {
     File::open(dir).and_then(|d| d.sync_all()).at(dir)
+}
+
+/// 128 random bits in hex: temporary names nobody can guess or pre-create.
+pub fn random_name() -> String {
+    let mut bytes = [0u8; 16];
+    let filled = rustix::rand::getrandom(&mut bytes, rustix::rand::GetRandomFlags::empty());
+    if filled.ok() != Some(bytes.len()) {
+        // getrandom cannot fail for 16 bytes on Linux once the pool is up;
+        // should it, fall back to per-process randomness mixed with time.
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            SystemTime::now()
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos(),
+        );
+        bytes[..8].copy_from_slice(&h.finish().to_le_bytes());
+        bytes[8..].copy_from_slice(&u64::from(std::process::id()).to_le_bytes());
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// A file in `tmp/` that only this thread knows about; unlinked on drop
@@ -30,48 +46,37 @@ pub fn fsync_dir(dir: &Path) -> Result<()> {
 #[derive(Debug)]
 pub struct TmpFile {
     file: File,
-    path: PathBuf,
+    dir: Dir,
+    name: String,
     armed: bool,
 }
 
 impl TmpFile {
     /// Creates a new, empty tmp file in `dir`.
     ///
-    /// The name combines pid, thread id, a process-wide counter and a random
-    /// number, and creation uses O_EXCL, so two writers can never share a tmp
-    /// file even across pid reuse after a crash. Objects are created 0444: a
-    /// stored object is never written again, and a read-only mode keeps tools
-    /// from editing one in place (which would corrupt live mappings).
-    pub fn create(dir: &Path, mode: u32) -> Result<TmpFile> {
-        let random = RandomState::new().build_hasher().finish();
-        // SAFETY: gettid has no preconditions and cannot fail.
-        let tid = unsafe { libc::gettid() };
-        let name = format!(
-            "{}-{}-{}-{:016x}.tmp",
-            std::process::id(),
-            tid,
-            TMP_COUNTER.fetch_add(1, Ordering::Relaxed),
-            random
-        );
-        let path = dir.join(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&path)
-            .at(&path)?;
+    /// The name is 128 random bits (`<32 hex>.tmp`) and creation uses
+    /// O_EXCL | O_NOFOLLOW, so two writers never share a tmp file, a name
+    /// cannot be predicted and planted, and pid reuse (pid namespaces, a
+    /// crashed writer) cannot collide. Objects are created 0444: a stored
+    /// object is never written again, and a read-only mode keeps tools from
+    /// editing one in place (which would corrupt live mappings).
+    pub fn create(dir: &Dir, mode: u32) -> Result<TmpFile> {
+        let name = format!("{}.tmp", random_name());
+        let file = dir
+            .open(&name, OFlags::RDWR | OFlags::CREATE | OFlags::EXCL, mode)
+            .map_err(|e| Error::io(dir.path().join(&name), e))?;
         Ok(TmpFile {
             file,
-            path,
+            dir: dir.clone(),
+            name,
             armed: true,
         })
     }
 
     /// Creates a tmp file holding `data`, already fsynced.
-    pub fn write(dir: &Path, data: &[u8]) -> Result<TmpFile> {
+    pub fn write(dir: &Dir, data: &[u8]) -> Result<TmpFile> {
         let mut tmp = TmpFile::create(dir, 0o444)?;
-        tmp.file.write_all(data).at(&tmp.path)?;
+        tmp.file.write_all(data).at(&tmp.path())?;
         tmp.sync()?;
         Ok(tmp)
     }
@@ -81,29 +86,37 @@ impl TmpFile {
         &mut self.file
     }
 
-    /// Where it is.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// Where it is (for messages).
+    pub fn path(&self) -> PathBuf {
+        self.dir.path().join(&self.name)
     }
 
     /// fsyncs its data and size.
     pub fn sync(&self) -> Result<()> {
-        self.file.sync_all().at(&self.path)
+        self.file.sync_all().at(&self.path())
     }
 
-    /// Links it at `dest` without ever replacing an existing file; false when
-    /// `dest` already existed. The tmp name is still unlinked on drop.
-    pub fn link_to(&self, dest: &Path) -> Result<bool> {
-        match fs::hard_link(&self.path, dest) {
+    /// Links it as `name` in `dest` without ever replacing an existing entry;
+    /// false when one already existed. The tmp name is still unlinked on drop.
+    pub fn link_to(&self, dest: &Dir, name: &str) -> Result<bool> {
+        match rfs::linkat(
+            self.dir.fd(),
+            self.name.as_str(),
+            dest.fd(),
+            name,
+            AtFlags::empty(),
+        ) {
             Ok(()) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-            Err(e) => Err(Error::io(dest, e)),
+            Err(rustix::io::Errno::EXIST) => Ok(false),
+            Err(e) => Err(Error::io(dest.path().join(name), e.into())),
         }
     }
 
-    /// Renames it over `dest` atomically (replacing what was there).
-    pub fn rename_to(mut self, dest: &Path) -> Result<()> {
-        fs::rename(&self.path, dest).at(dest)?;
+    /// Renames it over `name` in `dest` atomically (replacing a file or a
+    /// symlink there, never following it).
+    pub fn rename_to(mut self, dest: &Dir, name: &str) -> Result<()> {
+        rfs::renameat(self.dir.fd(), self.name.as_str(), dest.fd(), name)
+            .map_err(|e| Error::io(dest.path().join(name), e.into()))?;
         self.armed = false;
         Ok(())
     }
@@ -113,26 +126,43 @@ impl Drop for TmpFile {
     fn drop(&mut self) {
         if self.armed {
             // Best effort: a leftover is reclaimed by GC after the grace period.
-            let _ = fs::remove_file(&self.path);
+            let _ = rfs::unlinkat(self.dir.fd(), self.name.as_str(), AtFlags::empty());
         }
     }
 }
 
-/// Sets a file's mtime (and atime) to now without opening it; false when the
-/// file does not exist.
-pub fn touch(path: &Path) -> Result<bool> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|e| Error::io(path, io::Error::new(io::ErrorKind::InvalidInput, e)))?;
-    // SAFETY: `c` is a valid NUL-terminated path; a null `times` means "now".
-    let rc = unsafe { libc::utimensat(libc::AT_FDCWD, c.as_ptr(), std::ptr::null(), 0) };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let err = io::Error::last_os_error();
-    if err.kind() == io::ErrorKind::NotFound {
-        Ok(false)
-    } else {
-        Err(Error::io(path, err))
+/// Sets the mtime (and atime) of an open file to now. Needs ownership of the
+/// file or write access to it.
+pub fn touch_fd(file: &File) -> io::Result<()> {
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rfs::UTIME_NOW,
+    };
+    rfs::futimens(
+        file,
+        &Timestamps {
+            last_access: now,
+            last_modification: now,
+        },
+    )?;
+    Ok(())
+}
+
+/// Sets the mtime of the entry `name` in `dir` to now, without following a
+/// symlink there; false when it does not exist.
+pub fn touch_at(dir: &Dir, name: &str) -> Result<bool> {
+    let now = rustix::fs::Timespec {
+        tv_sec: 0,
+        tv_nsec: rfs::UTIME_NOW,
+    };
+    let times = Timestamps {
+        last_access: now,
+        last_modification: now,
+    };
+    match rfs::utimensat(dir.fd(), name, &times, AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(()) => Ok(true),
+        Err(rustix::io::Errno::NOENT) => Ok(false),
+        Err(e) => Err(Error::io(dir.path().join(name), e.into())),
     }
 }
 
@@ -141,40 +171,70 @@ pub fn mtime(meta: &fs::Metadata, path: &Path) -> Result<SystemTime> {
     meta.modified().at(path)
 }
 
+/// Opens `name` in `dir` without following a link, for reading.
+pub fn open_nofollow(dir: &Dir, name: &str) -> io::Result<File> {
+    dir.open(name, OFlags::RDONLY, 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn dir(p: &Path) -> Dir {
+        Dir::open_root(p).unwrap()
+    }
+
     #[test]
     fn tmp_file_is_removed_unless_renamed() {
-        let dir = tempfile::tempdir().unwrap();
-        let a = TmpFile::write(dir.path(), b"a").unwrap();
-        let pa = a.path().to_path_buf();
-        let b = TmpFile::write(dir.path(), b"b").unwrap();
+        let tmpdir = tempfile::tempdir().unwrap();
+        let d = dir(tmpdir.path());
+        let a = TmpFile::write(&d, b"a").unwrap();
+        let pa = a.path();
+        let b = TmpFile::write(&d, b"b").unwrap();
         assert_ne!(pa, b.path());
         drop(a);
         assert!(!pa.exists());
-        b.rename_to(&dir.path().join("kept")).unwrap();
-        assert_eq!(fs::read(dir.path().join("kept")).unwrap(), b"b");
-        assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 1);
+        b.rename_to(&d, "kept").unwrap();
+        assert_eq!(fs::read(tmpdir.path().join("kept")).unwrap(), b"b");
+        assert_eq!(fs::read_dir(tmpdir.path()).unwrap().count(), 1);
     }
 
     #[test]
     fn link_never_replaces() {
-        let dir = tempfile::tempdir().unwrap();
-        let dest = dir.path().join("obj");
-        let first = TmpFile::write(dir.path(), b"first").unwrap();
-        let second = TmpFile::write(dir.path(), b"second").unwrap();
-        assert!(first.link_to(&dest).unwrap());
-        assert!(!second.link_to(&dest).unwrap());
-        assert_eq!(fs::read(&dest).unwrap(), b"first");
+        let tmpdir = tempfile::tempdir().unwrap();
+        let d = dir(tmpdir.path());
+        let first = TmpFile::write(&d, b"first").unwrap();
+        let second = TmpFile::write(&d, b"second").unwrap();
+        assert!(first.link_to(&d, "obj").unwrap());
+        assert!(!second.link_to(&d, "obj").unwrap());
+        assert_eq!(fs::read(tmpdir.path().join("obj")).unwrap(), b"first");
     }
 
     #[test]
-    fn touch_reports_missing() {
-        let dir = tempfile::tempdir().unwrap();
-        assert!(!touch(&dir.path().join("nope")).unwrap());
-        fs::write(dir.path().join("f"), b"").unwrap();
-        assert!(touch(&dir.path().join("f")).unwrap());
+    fn touch_reports_missing_and_never_follows() {
+        let tmpdir = tempfile::tempdir().unwrap();
+        let d = dir(tmpdir.path());
+        assert!(!touch_at(&d, "nope").unwrap());
+        fs::write(tmpdir.path().join("f"), b"").unwrap();
+        assert!(touch_at(&d, "f").unwrap());
+        let target = tmpdir.path().join("target");
+        fs::write(&target, b"").unwrap();
+        let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        File::options()
+            .write(true)
+            .open(&target)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        std::os::unix::fs::symlink(&target, tmpdir.path().join("link")).unwrap();
+        touch_at(&d, "link").unwrap();
+        assert_eq!(fs::metadata(&target).unwrap().modified().unwrap(), old);
+    }
+
+    #[test]
+    fn random_names_differ() {
+        let a = random_name();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, random_name());
     }
 }

@@ -12,7 +12,6 @@ use std::time::{Duration, SystemTime};
 use crate::error::Result;
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::durable::mtime;
 use crate::store::gc::GcReport;
 use crate::store::mark::{Marked, Strictness};
 use crate::store::Store;
@@ -49,9 +48,9 @@ impl Store {
         let objects = self.list_objects()?;
         let mut sizes: HashMap<Digest, u64> = HashMap::with_capacity(objects.len());
         let mut young = Vec::new();
-        for object in &objects {
-            sizes.insert(object.digest, object.meta.len());
-            if mtime(&object.meta, &object.path)? > cutoff {
+        for object in objects.iter().filter(|o| o.meta.is_file()) {
+            sizes.insert(object.digest, object.meta.len);
+            if object.meta.mtime > cutoff {
                 young.push(object.digest);
             }
         }

@@ -2,17 +2,19 @@
 //! everything they reach into one file; import unpacks one, deduplicating
 //! against what the store already holds.
 
-use std::fs;
+use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
 
 use rayon::prelude::*;
 
 use crate::bundle::{Bundle, BundleSummary, BundleWriter};
-use crate::error::{Error, IoContext, Result};
+use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::lock::LockMode;
 use crate::progress::Progress;
+use crate::store::dedup::{Existing, Expect};
+use crate::store::manifest::{looks_like_manifest, Manifest};
 use crate::store::mark::{Marked, Strictness};
 use crate::store::Store;
 
@@ -29,12 +31,51 @@ pub struct ImportReport {
     pub refs: u64,
     /// Of those, refs that were created or repointed (the rest already matched).
     pub refs_changed: u64,
+    /// Blobs the store held damaged (wrong content, a symlink, a directory)
+    /// and the import replaced.
+    pub objects_repaired: u64,
 }
 
 enum Outcome {
     New(u64),
+    Repaired(u64),
     Present,
     Corrupt(Digest),
+}
+
+/// Orders the bundle's manifests so that each comes after every manifest it
+/// lists (a depth-first postorder; the visited set guards against cycles).
+fn children_first(bundle: &Bundle, manifests: Vec<[u8; 32]>) -> Vec<[u8; 32]> {
+    let wanted: HashSet<[u8; 32]> = manifests.iter().copied().collect();
+    let kids = |raw: &[u8; 32]| -> Vec<[u8; 32]> {
+        match bundle.get(raw).and_then(Manifest::decode) {
+            Some(Ok(m)) => (m.children.iter())
+                .map(|c| *c.as_bytes())
+                .filter(|c| wanted.contains(c))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let mut visited = HashSet::new();
+    let mut order = Vec::with_capacity(manifests.len());
+    for start in manifests {
+        if !visited.insert(start) {
+            continue;
+        }
+        let mut stack = vec![(start, kids(&start), 0usize)];
+        while let Some((node, children, next)) = stack.pop() {
+            if let Some(&kid) = children.get(next) {
+                stack.push((node, children, next + 1));
+                if visited.insert(kid) {
+                    let grandkids = kids(&kid);
+                    stack.push((kid, grandkids, 0));
+                }
+            } else {
+                order.push(node);
+            }
+        }
+    }
+    order
 }
 
 fn digest_of(raw: &[u8; 32]) -> Digest {
@@ -49,7 +90,7 @@ impl Store {
     /// entry sit together in the file and prefetch as one range. Each object
     /// is rehashed as it is copied, so a corrupt object fails the export
     /// (`Error::Corrupt`) rather than ship; an unknown ref name is
-    /// `Error::InvalidName`, an unreachable object `Error::Missing`. The GC
+    /// `Error::NoSuchRef`, an unreachable object `Error::Missing`. The GC
     /// lock is held shared throughout, so GC cannot sweep what is being
     /// packed; writers carry on. The bundle appears at `path` complete or
     /// not at all.
@@ -70,7 +111,7 @@ impl Store {
         for name in names {
             match self.get_ref(name)? {
                 Some(digest) => named.push((name, digest)),
-                None => return Err(Error::InvalidName(format!("{name:?}: no such ref"))),
+                None => return Err(Error::NoSuchRef(name.clone())),
             }
         }
         let mut marked = Marked::default();
@@ -80,19 +121,17 @@ impl Store {
         }
         let mut objects = Vec::with_capacity(marked.order.len());
         for digest in &marked.order {
-            let object = self.object_path(digest);
-            objects.push((
-                digest,
-                object.clone(),
-                fs::metadata(&object).at(&object)?.len(),
-            ));
+            // Opened now, through the store's own directories without
+            // following links; the lock keeps GC from removing them.
+            let (file, st) = self.open_object(digest)?;
+            objects.push((digest, file, st.len));
         }
         progress.set_total(objects.iter().map(|o| o.2).sum());
 
         let mut writer = BundleWriter::create(path)?;
-        for (digest, object, len) in &objects {
+        for (digest, file, len) in &objects {
             progress.check(path)?;
-            writer.add_blob_from_path(*digest.as_bytes(), object)?;
+            writer.add_blob_from_reader(*digest.as_bytes(), *len, file)?;
             progress.add(*len);
         }
         for (name, digest) in &named {
@@ -113,7 +152,13 @@ impl Store {
     /// that reaches it is set, and the call fails with `Error::Corrupt` after
     /// importing everything else; a ref whose closure the bundle does not
     /// hold is skipped the same way with `Error::Missing`. A malformed bundle
-    /// is `Error::Format` before anything is written.
+    /// is `Error::Format` before anything is written. A blob the store holds
+    /// damaged is replaced by the bundle's sound copy.
+    ///
+    /// A ref that cannot be set where the bundle puts it (its name is a
+    /// namespace of other refs here, or a prefix of it is a ref) does not
+    /// stop the others: every ref that can be set is, then the call fails
+    /// with `Error::RefConflicts` naming each one that could not.
     pub fn import_bundle(&self, path: &Path) -> Result<ImportReport> {
         self.import_bundle_with(path, &Progress::new())
     }
@@ -130,16 +175,27 @@ impl Store {
         // Held until the refs are set: GC must not sweep a blob that is
         // written but not yet named.
         let _lock = self.lock(LockMode::Shared)?;
-        let outcomes: Vec<Result<Outcome>> = crate::pool::install(|| {
-            (digests.par_iter())
-                .map(|raw| {
-                    progress.check(path)?;
-                    let outcome = self.import_blob(&bundle, raw);
-                    progress.add(sizes(raw));
-                    outcome
-                })
-                .collect()
-        });
+        // Leaves first (in parallel), then manifests children-first: an
+        // import killed part-way never leaves a manifest whose children are
+        // not stored.
+        let (manifests, leaves): (Vec<[u8; 32]>, Vec<[u8; 32]>) =
+            (digests.iter()).partition(|raw| bundle.get(raw).is_some_and(looks_like_manifest));
+        let import_one = |raw: &[u8; 32]| {
+            progress.check(path)?;
+            let outcome = self.import_blob(&bundle, raw);
+            progress.add(sizes(raw));
+            outcome
+        };
+        let mut outcomes: Vec<Result<Outcome>> =
+            crate::pool::install(|| leaves.par_iter().map(import_one).collect());
+        for raw in children_first(&bundle, manifests) {
+            let outcome = import_one(&raw);
+            let failed = outcome.is_err();
+            outcomes.push(outcome);
+            if failed {
+                break;
+            }
+        }
         let mut report = ImportReport::default();
         let mut corrupt = Vec::new();
         for outcome in outcomes {
@@ -148,12 +204,17 @@ impl Store {
                     report.objects_new += 1;
                     report.bytes_new += len;
                 }
+                Outcome::Repaired(len) => {
+                    report.objects_repaired += 1;
+                    report.bytes_new += len;
+                }
                 Outcome::Present => report.objects_present += 1,
                 Outcome::Corrupt(digest) => corrupt.push(digest),
             }
         }
 
         let mut blocked = None;
+        let mut conflicts = Vec::new();
         for (name, raw) in bundle.refs() {
             let target = digest_of(raw);
             let mut marked = Marked::default();
@@ -172,14 +233,29 @@ impl Store {
                 blocked.get_or_insert(err);
                 continue;
             }
-            report.refs += 1;
-            if self.get_ref(name)? != Some(target) {
-                self.set_ref_locked(name, &target)?;
-                report.refs_changed += 1;
+            let current = match self.get_ref(name) {
+                Ok(current) => current,
+                Err(e @ (Error::InvalidName(_) | Error::Format(_))) => {
+                    conflicts.push((name.clone(), e.to_string()));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if current != Some(target) {
+                match self.write_ref_locked(name, &target) {
+                    Ok(()) => report.refs_changed += 1,
+                    Err(e @ Error::InvalidName(_)) => {
+                        conflicts.push((name.clone(), e.to_string()));
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
             }
+            report.refs += 1;
         }
         match blocked {
             Some(err) => Err(err),
+            None if !conflicts.is_empty() => Err(Error::RefConflicts(conflicts)),
             None => Ok(report),
         }
     }
@@ -188,22 +264,33 @@ impl Store {
     /// lock shared.
     fn import_blob(&self, bundle: &Bundle, raw: &[u8; 32]) -> Result<Outcome> {
         let digest = digest_of(raw);
-        if self.freshen(&self.object_path(&digest))? {
-            return Ok(Outcome::Present);
-        }
         let bytes = bundle
             .get(raw)
             .expect("digest comes from the bundle's own index");
+        let damaged = match self.existing(&digest, Expect::Bytes(bytes))? {
+            Existing::Good(file) => {
+                self.keep_fresh(&digest, &file)?;
+                return Ok(Outcome::Present);
+            }
+            Existing::Absent => false,
+            Existing::Damaged { .. } => true,
+        };
         // The mapping is read-only and bundles are never modified in place,
         // so the bytes written below are the bytes hashed here.
         if hash_bytes(bytes) != digest {
             return Ok(Outcome::Corrupt(digest));
         }
+        let len = bytes.len() as u64;
         Ok(
-            if self.put_locked(&digest, |file| file.write_all(bytes), None)? {
-                Outcome::New(bytes.len() as u64)
-            } else {
-                Outcome::Present
+            match self.put_locked(
+                &digest,
+                Expect::Bytes(bytes),
+                |file| file.write_all(bytes),
+                None,
+            )? {
+                true if damaged => Outcome::Repaired(len),
+                true => Outcome::New(len),
+                false => Outcome::Present,
             },
         )
     }

@@ -1,15 +1,17 @@
 //! Garbage collection: mark from refs through manifests, then sweep
 //! unreferenced objects older than a grace period.
 
-use std::fs;
-use std::io;
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, SystemTime};
 
-use crate::error::{Error, IoContext, Result};
+use rustix::fs::FileType;
+
+use crate::error::Result;
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::durable::mtime;
+use crate::store::manifest::Manifest;
 use crate::store::mark::{Marked, Strictness};
+use crate::store::stats::ObjectEntry;
 use crate::store::Store;
 
 /// What a GC freed (or, with `dry_run`, would free).
@@ -34,10 +36,13 @@ impl Store {
     /// `grace`, and everything those young objects reach. The grace period
     /// covers the window between a put and the ref that will name it (writes
     /// refresh the mtime of old objects they dedup against, see
-    /// `Store::freshen`); the last rule covers a manifest written but not yet
-    /// referenced, whose children may be old. Tmp files older than `grace`
-    /// are removed: no write is in flight while we hold the lock, so they
-    /// belong to crashed writers.
+    /// `Store::keep_fresh`); the last rule covers a manifest written but not
+    /// yet referenced, whose children may be old. Tmp files older than
+    /// `grace` are removed: no write is in flight while we hold the lock, so
+    /// they belong to crashed writers.
+    ///
+    /// Fails closed: a reached manifest that is damaged or of an unknown
+    /// version stops the GC before anything is removed.
     pub fn gc(&self, dry_run: bool, grace: Duration) -> Result<GcReport> {
         let _lock = self.lock(LockMode::Exclusive)?;
         self.sweep_locked(self.ref_targets()?, dry_run, grace)
@@ -60,9 +65,7 @@ impl Store {
         let objects = self.list_objects()?;
         let mut young = Vec::new();
         for object in &objects {
-            if !marked.reached.contains(&object.digest)
-                && mtime(&object.meta, &object.path)? > cutoff
-            {
+            if !marked.reached.contains(&object.digest) && object.meta.mtime > cutoff {
                 young.push(object.digest);
             }
         }
@@ -72,29 +75,30 @@ impl Store {
             dry_run,
             ..GcReport::default()
         };
+        let mut garbage = Vec::new();
         for object in objects {
             if marked.reached.contains(&object.digest) {
                 report.objects_kept += 1;
-                continue;
+            } else if object.meta.kind != FileType::Directory {
+                garbage.push(object);
             }
-            if !dry_run && !remove_if_present(&object.path)? {
+        }
+        for object in parents_first(self, garbage) {
+            if !dry_run && !object.fan.unlink(&object.name)? {
                 continue;
             }
             report.objects_freed += 1;
-            report.bytes_freed += object.meta.len();
+            report.bytes_freed += object.meta.len;
         }
 
-        let tmp_dir = self.layout.tmp_dir();
-        for entry in fs::read_dir(&tmp_dir).at(&tmp_dir)? {
-            let path = entry.at(&tmp_dir)?.path();
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(meta) => meta,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(path, e)),
+        for (name, _) in self.dirs.tmp.entries()? {
+            let Some(meta) = self.dirs.tmp.stat(&name)? else {
+                continue;
             };
-            if meta.is_file()
-                && mtime(&meta, &path)? <= cutoff
-                && (dry_run || remove_if_present(&path)?)
+            // Links are removed, never followed; directories are not ours.
+            if meta.kind != FileType::Directory
+                && meta.mtime <= cutoff
+                && (dry_run || self.dirs.tmp.unlink(&name)?)
             {
                 report.tmp_freed += 1;
             }
@@ -103,19 +107,70 @@ impl Store {
     }
 }
 
-fn remove_if_present(path: &std::path::Path) -> Result<bool> {
-    match fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(Error::io(path, e)),
+/// Orders garbage so that every manifest comes before the objects it lists.
+///
+/// Why: a GC killed part-way must not leave a manifest whose children are
+/// gone (a later `put_manifest` dedup or `set_ref` could bring it back to
+/// life). Removing parents first means whatever survives a kill still has
+/// all its children.
+fn parents_first(store: &Store, garbage: Vec<ObjectEntry>) -> Vec<ObjectEntry> {
+    let index: HashMap<Digest, usize> = (garbage.iter().enumerate())
+        .map(|(i, o)| (o.digest, i))
+        .collect();
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, object) in garbage.iter().enumerate() {
+        if !object.meta.is_file() {
+            continue;
+        }
+        let Ok((file, _)) = store.open_object(&object.digest) else {
+            continue;
+        };
+        if !Store::starts_like_manifest(&file) {
+            continue;
+        }
+        let Ok(blob) = store.map_object(&object.digest) else {
+            continue;
+        };
+        if let Some(Ok(manifest)) = Manifest::decode(&blob) {
+            let listed = manifest
+                .children
+                .iter()
+                .filter_map(|c| index.get(c).copied());
+            children.insert(i, listed.collect());
+        }
     }
+    // Reverse postorder of a depth-first walk: a topological order, since a
+    // content-addressed graph has no cycles (the visited set guards anyway).
+    let mut visited = HashSet::new();
+    let mut post = Vec::with_capacity(garbage.len());
+    for start in 0..garbage.len() {
+        if !visited.insert(start) {
+            continue;
+        }
+        let mut stack = vec![(start, 0usize)];
+        while let Some((node, next)) = stack.pop() {
+            let kids = children.get(&node).map_or(&[][..], Vec::as_slice);
+            if let Some(&kid) = kids.get(next) {
+                stack.push((node, next + 1));
+                if visited.insert(kid) {
+                    stack.push((kid, 0));
+                }
+            } else {
+                post.push(node);
+            }
+        }
+    }
+    let mut slots: Vec<Option<ObjectEntry>> = garbage.into_iter().map(Some).collect();
+    post.iter().rev().filter_map(|&i| slots[i].take()).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::Error;
     use crate::store::Options;
     use serde_json::Map;
+    use std::fs;
 
     #[test]
     fn sweeps_only_unreachable() {
@@ -193,5 +248,59 @@ mod tests {
         assert_eq!(s.gc(false, Duration::from_secs(60)).unwrap().tmp_freed, 0);
         assert_eq!(s.gc(false, Duration::ZERO).unwrap().tmp_freed, 1);
         assert_eq!(fs::read_dir(s.layout().tmp_dir()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn garbage_goes_parents_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let mut chain = vec![s.put(b"bottom").unwrap().digest];
+        for i in 0..20 {
+            let mut meta = Map::new();
+            meta.insert("level".into(), i.into());
+            let next = s
+                .put_manifest(&[*chain.last().unwrap()], meta)
+                .unwrap()
+                .digest;
+            chain.push(next);
+        }
+        // A diamond too: two parents share a child.
+        let shared = s.put(b"shared").unwrap().digest;
+        let left = s
+            .put_manifest(&[shared, chain[3]], Map::new())
+            .unwrap()
+            .digest;
+        let mut meta = Map::new();
+        meta.insert("side".into(), "right".into());
+        let right = s.put_manifest(&[shared], meta).unwrap().digest;
+        let garbage = s.list_objects().unwrap();
+        let order: Vec<Digest> = parents_first(&s, garbage)
+            .iter()
+            .map(|o| o.digest)
+            .collect();
+        let at = |d: &Digest| order.iter().position(|x| x == d).unwrap();
+        for pair in chain.windows(2) {
+            assert!(at(&pair[1]) < at(&pair[0]));
+        }
+        assert!(at(&left) < at(&shared) && at(&right) < at(&shared));
+        assert!(at(&left) < at(&chain[3]));
+        assert_eq!(order.len(), chain.len() + 3);
+    }
+
+    #[test]
+    fn unknown_manifest_version_stops_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let child = s.put(b"c").unwrap().digest;
+        let doc = format!(
+            "precompile-manifest\n{{\"version\":7,\"children\":[\"{child}\"],\"meta\":{{}}}}"
+        );
+        let m = s.put(doc.as_bytes()).unwrap().digest;
+        s.set_ref("m", &m).unwrap();
+        assert!(matches!(s.gc(false, Duration::ZERO), Err(Error::Format(_))));
+        assert!(s.contains(&child).unwrap());
+        let report = s.verify().unwrap();
+        assert_eq!(report.unknown, vec![m]);
+        assert!(!report.ok());
     }
 }

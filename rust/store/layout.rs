@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, IoContext, Result};
 use crate::hash::Digest;
+use crate::store::beneath::Dir;
 use crate::store::durable::{fsync_dir, TmpFile};
 
 /// First line of `FORMAT`.
@@ -23,6 +24,36 @@ pub const FORMAT_MAGIC: &str = "precompile-store";
 pub const FORMAT_VERSION: u32 = 1;
 
 const SUBDIRS: [&str; 4] = ["objects", "refs", "tmp", "locks"];
+
+/// The open directories of one store. Everything inside the store is reached
+/// through these descriptors, never by following a path (see `beneath.rs`).
+#[derive(Clone, Debug)]
+pub struct Dirs {
+    /// The store root.
+    pub root: Dir,
+    /// `objects/`.
+    pub objects: Dir,
+    /// `refs/`.
+    pub refs: Dir,
+    /// `tmp/`.
+    pub tmp: Dir,
+    /// `locks/`.
+    pub locks: Dir,
+}
+
+impl Dirs {
+    /// Opens the subdirectories of `root`, recreating a deleted one when the
+    /// store is writable; a symlink in their place is refused.
+    fn open(root: Dir) -> Result<Dirs> {
+        Ok(Dirs {
+            objects: root.sub("objects", true)?,
+            refs: root.sub("refs", true)?,
+            tmp: root.sub("tmp", true)?,
+            locks: root.sub("locks", true)?,
+            root,
+        })
+    }
+}
 
 /// The paths of one store.
 #[derive(Clone, Debug)]
@@ -82,18 +113,18 @@ impl Layout {
     ///
     /// `FORMAT` is written last and atomically, so its presence means the
     /// layout is complete; concurrent creators race harmlessly.
-    pub fn open(&self, create: bool) -> Result<()> {
+    pub fn open(&self, create: bool) -> Result<Dirs> {
         let format = self.format_file();
-        match fs::read_to_string(&format) {
-            Ok(text) => {
+        match read_format(&self.root) {
+            Ok((root, text)) => {
                 check_format(&text, &format)?;
                 // Recreate a deleted tmp/ or locks/; a no-op normally.
-                for sub in SUBDIRS {
-                    fs::create_dir_all(self.root.join(sub)).at(&self.root.join(sub))?;
-                }
-                Ok(())
+                Dirs::open(root)
             }
-            Err(e) if e.kind() == ErrorKind::NotFound && create => self.init(),
+            Err(e) if e.kind() == ErrorKind::NotFound && create => {
+                self.init()?;
+                Dirs::open(Dir::open_root(&self.root)?)
+            }
             Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::io(
                 &self.root,
                 io::Error::new(
@@ -138,19 +169,33 @@ impl Layout {
         }
         fsync_dir(&self.root)?;
 
+        let root = Dir::open_root(&self.root)?;
+        let tmp_dir = root.sub("tmp", false)?;
         let content = format!("{FORMAT_MAGIC}\n{FORMAT_VERSION}\n");
-        let tmp = TmpFile::write(&self.tmp_dir(), content.as_bytes())?;
+        let tmp = TmpFile::write(&tmp_dir, content.as_bytes())?;
         // link, not rename: a concurrent creator's FORMAT is never replaced.
-        match fs::hard_link(tmp.path(), self.format_file()) {
-            Ok(()) => fsync_dir(&self.root)?,
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                let text = fs::read_to_string(self.format_file()).at(&self.format_file())?;
-                check_format(&text, &self.format_file())?;
-            }
-            Err(e) => return Err(Error::io(self.format_file(), e)),
+        if tmp.link_to(&root, "FORMAT")? {
+            root.fsync()?;
+        } else {
+            let text = fs::read_to_string(self.format_file()).at(&self.format_file())?;
+            check_format(&text, &self.format_file())?;
         }
         Ok(())
     }
+}
+
+/// Opens the root and reads its `FORMAT` file without following a link.
+fn read_format(root: &Path) -> io::Result<(Dir, String)> {
+    let dir = Dir::open_root(root).map_err(|e| match e {
+        Error::Io { source, .. } => source,
+        other => io::Error::other(other.to_string()),
+    })?;
+    let mut text = String::new();
+    io::Read::read_to_string(
+        &mut dir.open("FORMAT", rustix::fs::OFlags::RDONLY, 0)?,
+        &mut text,
+    )?;
+    Ok((dir, text))
 }
 
 /// Checks the text of a `FORMAT` file.
@@ -197,6 +242,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path().join("s"));
         assert!(layout.open(false).unwrap_err().is_not_found());
+        layout.open(true).unwrap();
         layout.open(true).unwrap();
         layout.open(false).unwrap();
         let text = fs::read_to_string(layout.format_file()).unwrap();

@@ -11,12 +11,17 @@ use serde_json::{Map, Value};
 use crate::error::{Error, Result};
 use crate::hash::Digest;
 use crate::lock::LockMode;
+use crate::store::dedup::{Existing, Expect};
 use crate::store::{PutOutcome, Store};
 
 /// First bytes of every manifest blob.
 pub const MANIFEST_MAGIC: &[u8] = b"precompile-manifest\n";
 /// The manifest encoding version this build writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
+/// Largest manifest, in bytes (about 200,000 children). GC hashes every
+/// reached object up to this size before trusting it is not a damaged
+/// manifest, so the bound keeps large blobs out of that work.
+pub const MAX_MANIFEST_LEN: usize = 16 << 20;
 
 /// A decoded manifest.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,6 +62,7 @@ impl Manifest {
 
     fn decode_json(json: &[u8]) -> Result<Manifest, String> {
         let doc: Doc = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+        check_integers(json)?;
         if doc.version != MANIFEST_VERSION {
             return Err(format!("manifest version {} is not supported", doc.version));
         }
@@ -72,15 +78,64 @@ impl Manifest {
     }
 }
 
+/// The version of a manifest this build cannot read: bytes with the magic
+/// and a JSON object whose integer `version` is not [`MANIFEST_VERSION`].
+/// `None` for anything else (a readable manifest, or user data that merely
+/// starts with the magic).
+pub fn unknown_version(bytes: &[u8]) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Versioned {
+        version: u64,
+    }
+    let json = bytes.strip_prefix(MANIFEST_MAGIC)?;
+    let doc: Versioned = serde_json::from_slice(json).ok()?;
+    (doc.version != u64::from(MANIFEST_VERSION)).then_some(doc.version)
+}
+
+/// Refuses integer literals outside -2**63 .. 2**64-1: serde_json would read
+/// them as floats, silently losing digits. Scans the (already parsed, so
+/// well-formed) JSON for number tokens outside strings.
+fn check_integers(json: &[u8]) -> Result<(), String> {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            b'"' => {
+                i += 1;
+                while i < json.len() && json[i] != b'"' {
+                    i += if json[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = i;
+                while i < json.len()
+                    && matches!(json[i], b'-' | b'+' | b'.' | b'e' | b'E' | b'0'..=b'9')
+                {
+                    i += 1;
+                }
+                let token = std::str::from_utf8(&json[start..i]).unwrap_or("");
+                let integral = !token.contains(['.', 'e', 'E']);
+                if integral && token.parse::<i64>().is_err() && token.parse::<u64>().is_err() {
+                    return Err(format!(
+                        "integer {token} is outside -2**63 .. 2**64-1 and cannot be read exactly"
+                    ));
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    Ok(())
+}
+
 /// True when `bytes` start like a manifest.
 pub fn looks_like_manifest(bytes: &[u8]) -> bool {
     bytes.starts_with(MANIFEST_MAGIC)
 }
 
 impl Store {
-    /// Stores a manifest listing `children`, which must all be stored
-    /// ([`Error::Missing`] otherwise), so "reachable from a ref" is always
-    /// well defined.
+    /// Stores a manifest listing `children`, which must all be stored, with
+    /// everything they reach in turn ([`Error::Missing`] otherwise), so
+    /// "reachable from a ref" is always well defined.
     pub fn put_manifest(
         &self,
         children: &[Digest],
@@ -91,16 +146,40 @@ impl Store {
             meta,
         };
         let bytes = manifest.encode();
+        if bytes.len() > MAX_MANIFEST_LEN {
+            return Err(Error::Format(format!(
+                "manifest of {} bytes is larger than the limit of {MAX_MANIFEST_LEN}",
+                bytes.len()
+            )));
+        }
         let digest = crate::hash::hash_bytes(&bytes);
         let _lock = self.lock(LockMode::Shared)?;
+        let mut nested = Vec::new();
         for child in children {
             // Children are refreshed like dedup hits: until a ref names the
             // manifest, only the grace period protects them.
-            if !self.freshen(&self.object_path(child))? {
-                return Err(Error::Missing { digest: *child });
+            match self.existing(child, Expect::Unknown)? {
+                Existing::Good(file) => {
+                    self.keep_fresh(child, &file)?;
+                    if Store::starts_like_manifest(&file) {
+                        nested.push(*child);
+                    }
+                }
+                Existing::Absent => return Err(Error::Missing { digest: *child }),
+                Existing::Damaged { .. } => return Err(Error::Corrupt { digest: *child }),
             }
         }
-        let new = self.put_locked(&digest, |f| std::io::Write::write_all(f, &bytes), None)?;
+        // A child manifest left behind by a GC killed part-way may have lost
+        // its own children.
+        for child in nested {
+            self.check_closure(&child)?;
+        }
+        let new = self.put_locked(
+            &digest,
+            Expect::Bytes(&bytes),
+            |f| std::io::Write::write_all(f, &bytes),
+            None,
+        )?;
         Ok(PutOutcome { digest, new })
     }
 
@@ -151,6 +230,72 @@ mod tests {
         assert!(Manifest::decode(v2).unwrap().is_err());
         let bad_child = b"precompile-manifest\n{\"version\":1,\"children\":[\"zz\"],\"meta\":{}}";
         assert!(Manifest::decode(bad_child).unwrap().is_err());
+        let huge = b"precompile-manifest\n{\"version\":1,\"children\":[],\"meta\":{\"n\":18446744073709551616}}";
+        assert!(Manifest::decode(huge).unwrap().is_err());
+        let fine = b"precompile-manifest\n{\"version\":1,\"children\":[],\"meta\":{\"n\":18446744073709551615,\"m\":-9223372036854775808,\"f\":1e300,\"s\":\"99999999999999999999\\\"9\"}}";
+        assert!(Manifest::decode(fine).unwrap().is_ok());
+    }
+
+    /// 20,000 mutants of a manifest: every one decodes to an error or to a
+    /// manifest that re-encodes and decodes to itself; none panics.
+    #[test]
+    fn mutants_never_panic() {
+        let mut meta = Map::new();
+        meta.insert("n".into(), Value::from(u64::MAX));
+        meta.insert("s".into(), Value::from("text \u{e9}"));
+        meta.insert(
+            "l".into(),
+            serde_json::json!([1, -2, 2.5, null, {"k": [true]}]),
+        );
+        let m = Manifest {
+            children: (0..4).map(|i: u8| hash_bytes(&[i])).collect(),
+            meta,
+        };
+        let original = m.encode();
+        let mut state = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let start = std::time::Instant::now();
+        let mut decoded = 0;
+        for _ in 0..20_000 {
+            let mut bytes = original.clone();
+            match next() % 5 {
+                0 => {
+                    let at = next() as usize % bytes.len();
+                    bytes[at] ^= 1 << (next() % 8);
+                }
+                1 => bytes.truncate(next() as usize % bytes.len()),
+                2 => {
+                    let at = next() as usize % bytes.len();
+                    let tokens = b"{}[]\",:0123456789e-+.\\u\"tfn";
+                    bytes[at] = tokens[next() as usize % tokens.len()];
+                }
+                3 => {
+                    let at = next() as usize % bytes.len();
+                    let end = (at + (next() as usize % 40)).min(bytes.len());
+                    bytes.drain(at..end);
+                }
+                _ => {
+                    let at = next() as usize % bytes.len();
+                    let insert = b"99999999999999999999999";
+                    bytes.splice(
+                        at..at,
+                        insert[..(next() as usize % insert.len())].iter().copied(),
+                    );
+                }
+            }
+            let _ = unknown_version(&bytes);
+            if let Some(Ok(m)) = Manifest::decode(&bytes) {
+                decoded += 1;
+                assert_eq!(Manifest::decode(&m.encode()).unwrap().unwrap(), m);
+            }
+        }
+        assert!(decoded < 20_000);
+        assert!(start.elapsed() < std::time::Duration::from_secs(60));
     }
 
     fn json_leaf() -> impl Strategy<Value = Value> {

@@ -5,8 +5,8 @@ use std::collections::{BTreeSet, HashSet};
 
 use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
-use crate::store::manifest::{looks_like_manifest, Manifest};
-use crate::store::refs::{decode_ref, walk_refs};
+use crate::store::manifest::{looks_like_manifest, unknown_version, Manifest, MAX_MANIFEST_LEN};
+use crate::store::refs::{read_ref, walk_refs};
 use crate::store::Store;
 
 /// How marking treats a manifest it cannot trust.
@@ -25,8 +25,11 @@ pub(crate) struct Marked {
     pub reached: HashSet<Digest>,
     /// Reached digests whose object is absent.
     pub missing: BTreeSet<Digest>,
-    /// Manifests whose bytes do not hash to their name.
+    /// Manifests whose bytes do not hash to their name, and anything but a
+    /// regular file at a reached object's path.
     pub corrupt: BTreeSet<Digest>,
+    /// Manifests of a version this build cannot read.
+    pub unknown: BTreeSet<Digest>,
     /// Every digest reached, in the order first reached: depth-first, children
     /// in manifest order, so one entry's objects come out together (export
     /// lays bundles out in this order, which keeps an entry's blobs adjacent).
@@ -38,21 +41,23 @@ impl Store {
     pub(crate) fn ref_targets(&self) -> Result<Vec<Digest>> {
         let mut targets = Vec::new();
         let mut bad = None;
-        walk_refs(&self.layout.refs_dir(), "", &mut |name, path| {
-            match std::fs::read_to_string(path)
-                .ok()
-                .as_deref()
-                .and_then(decode_ref)
-            {
-                Some(d) => targets.push(d),
+        walk_refs(&self.dirs.refs, "", &mut |name, dir, leaf| {
+            match read_ref(dir, leaf) {
+                Ok(Some(d)) => targets.push(d),
                 // Vanished between listing and reading: deleted concurrently.
-                None if !path.exists() => {}
-                None => bad = Some(name.to_owned()),
+                Ok(None) => {}
+                Err(e) => {
+                    bad.get_or_insert((name.to_owned(), e));
+                }
             }
         })?;
         match bad {
             // An unreadable ref is an unknown root: GC must not guess.
-            Some(name) => Err(Error::Format(format!("ref {name:?} is malformed"))),
+            Some((name, Error::Io { path, source })) => Err(Error::Io {
+                path,
+                source: std::io::Error::new(source.kind(), format!("ref {name:?}: {source}")),
+            }),
+            Some((name, _)) => Err(Error::Format(format!("ref {name:?} is malformed"))),
             None => Ok(targets),
         }
     }
@@ -63,8 +68,16 @@ impl Store {
     /// manifest graphs cannot overflow the stack or loop. Manifests are
     /// verified before their children are trusted; a blob that merely starts
     /// with the manifest magic but hashes correctly and does not parse is
-    /// user data, a leaf. (A manifest whose magic bytes themselves are
-    /// damaged reads as a leaf too; `verify` finds it.)
+    /// user data, a leaf.
+    ///
+    /// With [`Strictness::Fail`] (GC, export) marking fails closed: a
+    /// manifest whose first bytes are damaged no longer looks like one, so
+    /// every reached object that could be a manifest (at most
+    /// [`MAX_MANIFEST_LEN`] bytes) is hashed before it counts as a leaf
+    /// (objects this handle already verified are not hashed again), and a
+    /// manifest of a version this build cannot read stops the walk: its
+    /// children are unknown, so nothing may be swept. Anything but a regular
+    /// file at a reached path stops it too.
     pub(crate) fn mark(
         &self,
         roots: impl IntoIterator<Item = Digest>,
@@ -78,18 +91,24 @@ impl Store {
                 continue;
             }
             marked.order.push(digest);
-            let blob = match self.map_object(&digest) {
-                Ok(blob) => blob,
+            let (blob, known_good) = match self.map_object_known(&digest) {
+                Ok(found) => found,
                 Err(Error::Missing { .. }) => {
                     marked.missing.insert(digest);
                     continue;
                 }
+                Err(Error::Corrupt { .. }) if strictness == Strictness::Record => {
+                    marked.corrupt.insert(digest);
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
-            if !looks_like_manifest(&blob) {
-                continue;
-            }
-            if hash_bytes(&blob) != digest {
+            let manifest_like = looks_like_manifest(&blob);
+            let must_hash = manifest_like
+                || (strictness == Strictness::Fail
+                    && blob.len() <= MAX_MANIFEST_LEN
+                    && !known_good);
+            if must_hash && hash_bytes(&blob) != digest {
                 match strictness {
                     Strictness::Fail => return Err(Error::Corrupt { digest }),
                     Strictness::Record => {
@@ -98,9 +117,29 @@ impl Store {
                     }
                 }
             }
-            if let Some(Ok(manifest)) = Manifest::decode(&blob) {
-                // Reversed so that the first child is popped, and ordered, first.
-                stack.extend(manifest.children.into_iter().rev());
+            if !manifest_like {
+                continue;
+            }
+            match Manifest::decode(&blob) {
+                Some(Ok(manifest)) => {
+                    // Reversed so that the first child is popped, and ordered, first.
+                    stack.extend(manifest.children.into_iter().rev());
+                }
+                _ => {
+                    if let Some(version) = unknown_version(&blob) {
+                        match strictness {
+                            Strictness::Fail => {
+                                return Err(Error::Format(format!(
+                                    "manifest {digest} has version {version}, which this build \
+                                     cannot read; refusing to sweep what it may reach"
+                                )))
+                            }
+                            Strictness::Record => {
+                                marked.unknown.insert(digest);
+                            }
+                        }
+                    }
+                }
             }
         }
         Ok(())

@@ -12,7 +12,9 @@
 //!   refreshes that object's mtime so the grace period protects it until the
 //!   caller has had time to reference it (see `objects.rs`).
 
+pub(crate) mod beneath;
 mod blob;
+mod dedup;
 pub mod durable;
 mod evict;
 mod export;
@@ -39,8 +41,9 @@ pub use blob::Blob;
 pub use evict::EvictReport;
 pub use export::ImportReport;
 pub use gc::GcReport;
-pub use layout::Layout;
+pub use layout::{Dirs, Layout};
 pub use manifest::Manifest;
+pub(crate) use objects::open_regular;
 pub use objects::PutOutcome;
 pub use stats::Stats;
 pub use usage::{RefUsage, Usage};
@@ -82,8 +85,10 @@ impl Default for Options {
 #[derive(Debug)]
 pub struct Store {
     layout: Layout,
+    dirs: Dirs,
     options: Options,
     counters: Counters,
+    verified: dedup::VerifiedCache,
 }
 
 impl Store {
@@ -92,11 +97,13 @@ impl Store {
         let path = path.as_ref();
         let root = std::path::absolute(path).at(path)?;
         let layout = Layout::new(root);
-        layout.open(options.create)?;
+        let dirs = layout.open(options.create)?;
         Ok(Store {
             layout,
+            dirs,
             options,
             counters: Counters::default(),
+            verified: dedup::VerifiedCache::default(),
         })
     }
 
@@ -108,6 +115,11 @@ impl Store {
     /// The on-disk layout.
     pub fn layout(&self) -> &Layout {
         &self.layout
+    }
+
+    /// The store's open directories.
+    pub fn dirs(&self) -> &Dirs {
+        &self.dirs
     }
 
     /// The options the store was opened with.
@@ -122,12 +134,7 @@ impl Store {
 
     /// Takes the GC lock, waiting at most the store's lock timeout.
     pub(crate) fn lock(&self, mode: LockMode) -> Result<GcLock> {
-        GcLock::acquire(
-            &self.layout.gc_gate(),
-            &self.layout.gc_lock(),
-            mode,
-            self.options.lock_timeout,
-        )
+        GcLock::acquire(&self.dirs.locks, mode, self.options.lock_timeout)
     }
 }
 

@@ -1,17 +1,21 @@
 //! Writing and reading objects.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::SystemTime;
 
 use memmap2::Mmap;
 use rayon::prelude::*;
+use rustix::fs::OFlags;
 
 use crate::error::{Error, IoContext, Result};
-use crate::hash::{hash_bytes, hash_file, hash_open_file, Digest};
+use crate::hash::{hash_bytes, hash_open_file, Digest};
 use crate::lock::LockMode;
-use crate::store::durable::{fsync_dir, mtime, touch, TmpFile};
+use crate::store::beneath::EntryStat;
+use crate::store::dedup::{Existing, Expect};
+use crate::store::durable::TmpFile;
+use crate::store::manifest::MANIFEST_MAGIC;
 use crate::store::{Blob, Store};
 
 /// What a put did.
@@ -21,6 +25,18 @@ pub struct PutOutcome {
     pub digest: Digest,
     /// False when the content was already stored (nothing was written).
     pub new: bool,
+}
+
+/// The fan-out directory name and file name of an object.
+pub(crate) fn object_names(digest: &Digest) -> (String, String) {
+    let hex = digest.to_hex();
+    (hex[..2].to_owned(), hex[2..].to_owned())
+}
+
+/// `<2 hex>/<62 hex>`, relative to `objects/`.
+pub(crate) fn object_rel(digest: &Digest) -> String {
+    let hex = digest.to_hex();
+    format!("{}/{}", &hex[..2], &hex[2..])
 }
 
 impl Store {
@@ -43,6 +59,7 @@ impl Store {
         let _lock = self.lock(LockMode::Shared)?;
         self.put_locked(
             digest,
+            Expect::Bytes(data),
             |file| file.write_all(data),
             recheck.then_some("the input buffer"),
         )
@@ -50,35 +67,47 @@ impl Store {
 
     /// Stores the content of the file at `src`, streaming: the file is hashed
     /// through a mapping and copied by the kernel, never read into memory.
+    /// Anything but a regular file (a FIFO, a device, a directory) is refused
+    /// at once: it is opened without blocking and checked before reading.
     pub fn put_file(&self, src: &Path) -> Result<PutOutcome> {
-        let digest = hash_file(src)?;
+        let from = open_regular(src)?;
+        let digest = hash_open_file(&from, src)?;
+        let len = from.metadata().at(src)?.len();
         let _lock = self.lock(LockMode::Shared)?;
         let copy = |file: &mut File| {
-            let mut from = File::open(src)?;
-            io::copy(&mut from, file).map(drop)
+            // Nothing has read through `from` (hashing mapped it), so it is
+            // at offset 0; `&File` to `File` copies in the kernel.
+            let mut reader = &from;
+            io::copy(&mut reader, file).map(drop)
         };
         // The copy is rehashed: the file may be modified after we hashed it.
         let what = src.display().to_string();
-        let new = self.put_locked(&digest, copy, Some(&what))?;
+        let new = self.put_locked(&digest, Expect::Len(len), copy, Some(&what))?;
         Ok(PutOutcome { digest, new })
     }
 
     /// The write path; the caller holds the GC lock shared.
+    ///
+    /// An object already at the path is checked before it counts as a dedup
+    /// hit (a regular file of length `len` that hashes to `digest`; see
+    /// [`VerifiedCache`] for why this stays cheap); anything else there is
+    /// damage, and the put replaces it.
     pub(crate) fn put_locked(
         &self,
         digest: &Digest,
+        expect: Expect<'_>,
         fill: impl FnOnce(&mut File) -> io::Result<()>,
         recheck: Option<&str>,
     ) -> Result<bool> {
         self.counters.count_put();
-        let obj = self.object_path(digest);
-        // Dedup: one stat, nothing written.
-        if self.freshen(&obj)? {
+        let existing = self.existing(digest, expect)?;
+        if let Existing::Good(file) = &existing {
+            self.keep_fresh(digest, file)?;
             self.counters.count_dedup_hit();
             return Ok(false);
         }
-        let mut tmp = TmpFile::create(&self.layout.tmp_dir(), 0o444)?;
-        let tmp_path = tmp.path().to_path_buf();
+        let mut tmp = TmpFile::create(&self.dirs.tmp, 0o444)?;
+        let tmp_path = tmp.path();
         fill(tmp.file()).at(&tmp_path)?;
         tmp.sync()?;
         if let Some(what) = recheck {
@@ -88,63 +117,36 @@ impl Store {
                 )));
             }
         }
-        let new = self.install(&tmp, &obj)?;
-        if !new {
-            // Another writer linked the same content first: first writer wins.
-            self.freshen(&obj)?;
-            self.counters.count_dedup_hit();
+        let meta = tmp.file().metadata().at(&tmp_path)?;
+        if let Existing::Damaged { directory } = existing {
+            self.replace(&tmp, digest, directory)?;
+            self.verified.record(digest, &meta);
+            return Ok(true);
         }
-        Ok(new)
-    }
-
-    /// Links a complete, fsynced tmp file at `obj` without overwriting, then
-    /// makes the new entry durable. False when `obj` already existed.
-    fn install(&self, tmp: &TmpFile, obj: &Path) -> Result<bool> {
-        let fan = obj.parent().expect("object paths have a fan-out parent");
-        let new = match tmp.link_to(obj) {
-            Err(e) if e.is_not_found() => {
-                // The fan-out directory was removed behind our back.
-                fs::create_dir_all(fan).at(fan)?;
-                fsync_dir(&self.layout.objects_dir())?;
-                tmp.link_to(obj)?
-            }
-            other => other?,
-        };
+        let new = self.install(&tmp, digest)?;
         if new {
-            fsync_dir(fan)?;
+            self.verified.record(digest, &meta);
+            return Ok(true);
         }
-        Ok(new)
-    }
-
-    /// If the object at `obj` exists, makes sure GC's grace period still
-    /// protects it, and returns true.
-    ///
-    /// Why: a put that finds its content already stored writes nothing, but
-    /// that existing object may be old and unreferenced (its last ref was
-    /// deleted), so the next GC would sweep it before our caller gets to
-    /// `set_ref` it. Bumping its mtime makes it "young" again for at least
-    /// `freshen_after` (half the default grace). Only objects older than
-    /// that are touched, so the common dedup hit stays a single stat.
-    pub(crate) fn freshen(&self, obj: &Path) -> Result<bool> {
-        let meta = match fs::symlink_metadata(obj) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
-            Err(e) => return Err(Error::io(obj, e)),
-        };
-        let age = SystemTime::now()
-            .duration_since(mtime(&meta, obj)?)
-            .unwrap_or_default();
-        if age > self.options.freshen_after {
-            return touch(obj);
+        // Another writer linked it first: first writer wins, if it is sound.
+        match self.existing(digest, expect)? {
+            Existing::Good(file) => {
+                self.keep_fresh(digest, &file)?;
+                self.counters.count_dedup_hit();
+                Ok(false)
+            }
+            Existing::Absent => self.install(&tmp, digest),
+            Existing::Damaged { directory } => {
+                self.replace(&tmp, digest, directory)?;
+                Ok(true)
+            }
         }
-        Ok(true)
     }
-
     /// Maps the object named `digest`, checking its digest unless the store
     /// was opened with `verify: false`. A missing object is
     /// [`Error::Missing`]; one whose bytes do not hash to its name (a flipped
-    /// byte, a truncation) is [`Error::Corrupt`]: wrong bytes are never
-    /// returned.
+    /// byte, a truncation), or anything but a regular file at its path, is
+    /// [`Error::Corrupt`]: wrong bytes are never returned.
     pub fn get(&self, digest: &Digest) -> Result<Blob> {
         let blob = self.map_object(digest).inspect_err(|e| {
             if matches!(e, Error::Missing { .. }) {
@@ -158,8 +160,8 @@ impl Store {
         Ok(blob)
     }
 
-    /// Maps and checks several objects, on all cores when there are enough
-    /// of them to pay for it; the result is in the order of `digests`.
+    /// Maps several objects and checks them, on all cores when there are
+    /// enough of them to pay for it; the result is in the order of `digests`.
     ///
     /// Why: loading one compiled entry reads dozens to hundreds of small
     /// objects (kernel files, sources, pickles). One call keeps the per-object
@@ -174,38 +176,130 @@ impl Store {
         crate::pool::install(|| digests.par_iter().map(|d| self.get(d)).collect())
     }
 
+    /// Opens an object for reading, following no link: a symlink or a
+    /// non-regular file at its path is [`Error::Corrupt`].
+    pub(crate) fn open_object(&self, digest: &Digest) -> Result<(File, EntryStat)> {
+        let rel = object_rel(digest);
+        let path = || self.dirs.objects.path().join(&rel);
+        let file = match self
+            .dirs
+            .objects
+            .open(&rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+        {
+            Ok(file) => file,
+            Err(e) => {
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT) => Error::Missing { digest: *digest },
+                    Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::ENXIO) => {
+                        Error::Corrupt { digest: *digest }
+                    }
+                    _ => Error::io(path(), e),
+                })
+            }
+        };
+        let st = rustix::fs::fstat(&file).map_err(|e| Error::io(path(), e.into()))?;
+        let st = EntryStat::from_stat(&st);
+        if !st.is_file() {
+            return Err(Error::Corrupt { digest: *digest });
+        }
+        Ok((file, st))
+    }
+
     /// Maps an object without verifying it.
     pub(crate) fn map_object(&self, digest: &Digest) -> Result<Blob> {
-        let path = self.object_path(digest);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(Error::Missing { digest: *digest })
-            }
-            Err(e) => return Err(Error::io(path, e)),
-        };
-        let len = file.metadata().at(&path)?.len();
+        Ok(self.map_object_known(digest)?.0)
+    }
+
+    /// [`map_object`](Self::map_object), also saying whether this handle
+    /// already hashed this very file and found it sound.
+    pub(crate) fn map_object_known(&self, digest: &Digest) -> Result<(Blob, bool)> {
+        let (file, st) = self.open_object(digest)?;
+        let known = (file.metadata().ok()).is_some_and(|m| self.verified.knows(digest, &m));
         // A zero-length file cannot be mapped; it is simply the empty blob.
-        let map = if len == 0 {
+        let map = if st.len == 0 {
             None
         } else {
             // SAFETY: objects are immutable once visible: they are written
             // completely to a private tmp file, linked into place read-only
-            // (0444), and afterwards only ever unlinked, never written or
-            // truncated. Unlinking keeps the mapping valid.
-            Some(unsafe { Mmap::map(&file) }.at(&path)?)
+            // (0444), and afterwards only ever unlinked or renamed over,
+            // never written or truncated. Unlinking keeps the mapping valid.
+            Some(unsafe { Mmap::map(&file) }.at(&self.object_path(digest))?)
         };
-        Ok(Blob::new(*digest, map))
+        Ok((Blob::new(*digest, map), known))
     }
 
-    /// Whether the object named `digest` is stored (one stat).
+    /// Whether the object named `digest` is stored (one stat; anything at
+    /// its path counts, damaged or not).
     pub fn contains(&self, digest: &Digest) -> Result<bool> {
-        let path = self.object_path(digest);
-        match fs::symlink_metadata(&path) {
+        let rel = object_rel(digest);
+        match rustix::fs::statat(
+            self.dirs.objects.fd(),
+            rel.as_str(),
+            rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        ) {
             Ok(_) => Ok(true),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(Error::io(path, e)),
+            Err(rustix::io::Errno::NOENT) => Ok(false),
+            Err(e) => Err(Error::io(self.object_path(digest), e.into())),
         }
+    }
+
+    /// Whether the first bytes of an open object are the manifest magic.
+    pub(crate) fn starts_like_manifest(file: &File) -> bool {
+        let mut head = [0u8; MANIFEST_MAGIC.len()];
+        file.read_exact_at(&mut head, 0).is_ok() && head == MANIFEST_MAGIC
+    }
+}
+
+/// Opens a file the caller named, following links (the caller's choice of
+/// path), without blocking, and refuses anything but a regular file.
+pub(crate) fn open_regular(path: &Path) -> Result<File> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| Error::io(path, e.into()))?;
+    let file = File::from(fd);
+    let meta = file.metadata().at(path)?;
+    if !meta.is_file() {
+        let kind = if meta.is_dir() {
+            "a directory"
+        } else if std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()) {
+            "a FIFO"
+        } else if std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type())
+            || std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type())
+        {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        let error_kind = if meta.is_dir() {
+            io::ErrorKind::IsADirectory
+        } else {
+            io::ErrorKind::InvalidInput
+        };
+        return Err(Error::io(
+            path,
+            io::Error::new(
+                error_kind,
+                format!("{kind}: only regular files can be stored or opened"),
+            ),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads a file from offset 0 with pread, leaving its file position alone.
+pub(crate) struct ReadAt<'a> {
+    pub file: &'a File,
+    pub at: u64,
+}
+
+impl io::Read for ReadAt<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
     }
 }
 
@@ -213,6 +307,7 @@ impl Store {
 mod tests {
     use super::*;
     use crate::store::Options;
+    use std::fs;
     use std::time::Duration;
 
     fn store(dir: &Path) -> Store {

@@ -3,15 +3,17 @@
 //! A ref file holds the 64-hex digest and a newline. Names may contain '/'
 //! to form namespaces (`dynamo/abc`), which become directories.
 
-use std::fs;
-use std::io;
-use std::path::{Path, PathBuf};
+use std::io::{self, Read};
 use std::time::SystemTime;
+
+use rustix::fs::{FileType, OFlags};
 
 use crate::error::{Error, IoContext, Result};
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::durable::{fsync_dir, touch, TmpFile};
+use crate::store::beneath::Dir;
+use crate::store::durable::{touch_at, TmpFile};
+use crate::store::mark::{Marked, Strictness};
 use crate::store::Store;
 
 /// Longest ref name, in bytes (a common filename limit).
@@ -19,7 +21,9 @@ pub const MAX_NAME_LEN: usize = 255;
 
 /// Checks a ref name: non-empty, at most [`MAX_NAME_LEN`] bytes, relative,
 /// '/'-separated components that are non-empty and do not start with '.'
-/// (which rules out `.` and `..`), and no NUL or backslash.
+/// (which rules out `.` and `..`), no backslash, and no control character
+/// (C0, DEL, C1: names are printed by `ls`/`show`/`du`, and an escape
+/// sequence in one would drive the user's terminal).
 pub fn validate_name(name: &str) -> Result<()> {
     let bad = |why: &str| Err(Error::InvalidName(format!("{name:?}: {why}")));
     if name.is_empty() {
@@ -30,6 +34,9 @@ pub fn validate_name(name: &str) -> Result<()> {
     }
     if name.contains('\0') {
         return bad("contains NUL");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("contains a control character");
     }
     if name.contains('\\') {
         return bad("contains a backslash");
@@ -61,14 +68,88 @@ pub fn decode_ref(text: &str) -> Option<Digest> {
     Digest::from_hex(text.strip_suffix('\n')?).ok()
 }
 
+/// Splits a valid name into its namespace ("" for none) and last component.
+fn split_name(name: &str) -> (&str, &str) {
+    name.rsplit_once('/').unwrap_or(("", name))
+}
+
+/// Reads a ref file through its directory, without following a link.
+/// `Ok(None)` when it is absent (or a namespace); a link, a non-UTF-8 or
+/// otherwise malformed file is [`Error::Format`].
+pub(crate) fn read_ref(dir: &Dir, leaf: &str) -> Result<Option<Digest>> {
+    let path = dir.path().join(leaf);
+    let mut file = match dir.open(leaf, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+        Ok(file) => file,
+        Err(e) => {
+            return match e.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::ENOTDIR) => Ok(None),
+                Some(libc::ELOOP) => Err(Error::Format(format!(
+                    "ref file {} is a symlink; the store does not follow links",
+                    path.display()
+                ))),
+                _ => Err(Error::io(path, e)),
+            }
+        }
+    };
+    let meta = file.metadata().at(&path)?;
+    if meta.is_dir() {
+        return Ok(None);
+    }
+    if !meta.is_file() || meta.len() > 4096 {
+        return Err(Error::Format(format!(
+            "ref file {} is malformed",
+            path.display()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(65);
+    file.read_to_end(&mut bytes).at(&path)?;
+    let text = std::str::from_utf8(&bytes).ok();
+    text.and_then(decode_ref)
+        .map(Some)
+        .ok_or_else(|| Error::Format(format!("ref file {} is malformed", path.display())))
+}
+
 impl Store {
-    fn ref_path(&self, name: &str) -> Result<PathBuf> {
+    /// The directory holding ref `name` (after validating it), or `None`
+    /// when its namespace does not exist.
+    fn ref_parent<'a>(&self, name: &'a str) -> Result<Option<(Dir, &'a str)>> {
         validate_name(name)?;
-        Ok(self.layout.refs_dir().join(name))
+        let (namespace, leaf) = split_name(name);
+        match self.dirs.refs.descend(namespace, false) {
+            Ok(dir) => Ok(dir.map(|d| (d, leaf))),
+            // A prefix of the name is a ref file, not a namespace.
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::InvalidInput => {
+                let prefix_is_ref = self.get_ref_file_prefix(namespace)?;
+                if prefix_is_ref {
+                    Ok(None)
+                } else {
+                    Err(Error::InvalidName(format!(
+                        "{name:?}: a namespace of it is a symlink; the store does not follow links"
+                    )))
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Whether some prefix of `namespace` is a regular ref file.
+    fn get_ref_file_prefix(&self, namespace: &str) -> Result<bool> {
+        let mut dir = self.dirs.refs.clone();
+        for component in namespace.split('/') {
+            match dir.stat(component)? {
+                Some(st) if st.kind == FileType::RegularFile => return Ok(true),
+                Some(st) if st.kind == FileType::Directory => {
+                    dir = dir.sub(component, false)?;
+                }
+                _ => return Ok(false),
+            }
+        }
+        Ok(false)
     }
 
     /// Points `name` at `digest`, replacing any previous target atomically.
-    /// The object must exist ([`Error::Missing`] otherwise).
+    /// The object and everything it reaches through manifests must be
+    /// stored ([`Error::Missing`] otherwise).
     pub fn set_ref(&self, name: &str, digest: &Digest) -> Result<()> {
         // Held across the existence check and the rename, so GC cannot sweep
         // the target in between and leave a dangling ref.
@@ -79,91 +160,136 @@ impl Store {
     /// [`set_ref`](Self::set_ref) for a caller that already holds the GC
     /// lock (taking it again could wait forever on a GC queued in between).
     pub(crate) fn set_ref_locked(&self, name: &str, digest: &Digest) -> Result<()> {
-        let path = self.ref_path(name)?;
-        if !self.contains(digest)? {
-            return Err(Error::Missing { digest: *digest });
+        validate_name(name)?;
+        self.check_closure(digest)?;
+        self.write_ref_locked(name, digest)
+    }
+
+    /// Fails unless `digest` and everything it reaches is stored and sound:
+    /// a ref must never name a manifest whose children are gone (a GC killed
+    /// part-way leaves such manifests behind).
+    pub(crate) fn check_closure(&self, digest: &Digest) -> Result<()> {
+        let mut marked = Marked::default();
+        self.mark([*digest], Strictness::Record, &mut marked)?;
+        if let Some(&digest) = marked.corrupt.first() {
+            return Err(Error::Corrupt { digest });
         }
-        let parent = path.parent().expect("refs live under refs/");
-        if !parent.is_dir() {
-            create_namespace(&self.layout.refs_dir(), parent, name)?;
+        if let Some(&digest) = marked.missing.first() {
+            return Err(Error::Missing { digest });
         }
-        let tmp = TmpFile::write(&self.layout.tmp_dir(), encode_ref(digest).as_bytes())?;
-        match tmp.rename_to(&path) {
+        Ok(())
+    }
+
+    /// Writes the ref file; the caller holds the lock and checked the target.
+    pub(crate) fn write_ref_locked(&self, name: &str, digest: &Digest) -> Result<()> {
+        validate_name(name)?;
+        let (namespace, leaf) = split_name(name);
+        let conflict = || Error::InvalidName(format!("{name:?}: a prefix of it is itself a ref"));
+        let parent = match self.dirs.refs.descend(namespace, true) {
+            Ok(dir) => dir.expect("created"),
+            Err(Error::Io { source, .. })
+                if source.kind() == io::ErrorKind::InvalidInput
+                    || source.raw_os_error() == Some(libc::ENOTDIR) =>
+            {
+                if self.get_ref_file_prefix(namespace)? {
+                    return Err(conflict());
+                }
+                return Err(Error::InvalidName(format!(
+                    "{name:?}: a namespace of it is a symlink; the store does not follow links"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
+        let tmp = TmpFile::write(&self.dirs.tmp, encode_ref(digest).as_bytes())?;
+        match tmp.rename_to(&parent, leaf) {
             // rename(2) refuses to replace a directory: `name` is a namespace.
-            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::IsADirectory => {
+            Err(Error::Io { source, .. })
+                if matches!(
+                    source.raw_os_error(),
+                    Some(libc::EISDIR) | Some(libc::ENOTEMPTY)
+                ) =>
+            {
                 return Err(Error::InvalidName(format!(
                     "{name:?} is a namespace of other refs"
                 )));
             }
             other => other?,
         }
-        fsync_dir(parent)
+        parent.fsync()
     }
 
     /// The digest `name` points at, or `None`.
     pub fn get_ref(&self, name: &str) -> Result<Option<Digest>> {
-        let path = self.ref_path(name)?;
-        match fs::read_to_string(&path) {
-            Ok(text) => decode_ref(&text)
-                .map(Some)
-                .ok_or_else(|| Error::Format(format!("ref file {} is malformed", path.display()))),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
-                ) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(Error::io(path, e)),
+        match self.ref_parent(name)? {
+            Some((dir, leaf)) => read_ref(&dir, leaf),
+            None => Ok(None),
         }
     }
 
     /// Removes `name`; false when it did not exist.
     pub fn delete_ref(&self, name: &str) -> Result<bool> {
-        let path = self.ref_path(name)?;
-        match fs::remove_file(&path) {
-            Ok(()) => {
-                fsync_dir(path.parent().expect("refs live under refs/"))?;
+        let Some((dir, leaf)) = self.ref_parent(name)? else {
+            return Ok(false);
+        };
+        match dir.unlink(leaf) {
+            Ok(true) => {
+                dir.fsync()?;
                 Ok(true)
             }
-            Err(e)
+            Ok(false) => Ok(false),
+            Err(Error::Io { source, .. })
                 if matches!(
-                    e.kind(),
-                    io::ErrorKind::NotFound | io::ErrorKind::IsADirectory
+                    source.raw_os_error(),
+                    Some(libc::EISDIR) | Some(libc::EPERM)
                 ) =>
             {
                 Ok(false)
             }
-            Err(e) => Err(Error::io(path, e)),
+            Err(e) => Err(e),
         }
     }
 
     /// Sets the ref file's mtime to now (for LRU eviction); false when the
-    /// ref does not exist.
+    /// ref does not exist. A ref file of another user (a group-shared store)
+    /// cannot be touched: it is rewritten instead, unchanged but ours.
     pub fn touch_ref(&self, name: &str) -> Result<bool> {
-        let path = self.ref_path(name)?;
-        if path.is_dir() {
+        let Some((dir, leaf)) = self.ref_parent(name)? else {
             return Ok(false);
+        };
+        match dir.stat(leaf)? {
+            Some(st) if st.is_file() => match touch_at(&dir, leaf) {
+                Err(Error::Io { source, .. })
+                    if matches!(
+                        source.raw_os_error(),
+                        Some(libc::EPERM) | Some(libc::EACCES)
+                    ) =>
+                {
+                    let Some(digest) = read_ref(&dir, leaf)? else {
+                        return Ok(false);
+                    };
+                    let tmp = TmpFile::write(&self.dirs.tmp, encode_ref(&digest).as_bytes())?;
+                    tmp.rename_to(&dir, leaf)?;
+                    dir.fsync()?;
+                    Ok(true)
+                }
+                other => other,
+            },
+            _ => Ok(false),
         }
-        touch(&path)
     }
 
     /// The ref file's mtime, or `None` when the ref does not exist.
     pub fn ref_mtime(&self, name: &str) -> Result<Option<SystemTime>> {
-        let path = self.ref_path(name)?;
-        match fs::metadata(&path) {
-            Ok(meta) if meta.is_file() => Ok(Some(meta.modified().at(&path)?)),
-            Ok(_) => Ok(None),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(path, e)),
-        }
+        let Some((dir, leaf)) = self.ref_parent(name)? else {
+            return Ok(None);
+        };
+        Ok(dir.stat(leaf)?.filter(|st| st.is_file()).map(|st| st.mtime))
     }
 
     /// All ref names starting with `prefix`, sorted.
     pub fn refs(&self, prefix: &str) -> Result<Vec<String>> {
         let mut names = Vec::new();
-        walk_refs(&self.layout.refs_dir(), "", &mut |name, _| {
+        walk_refs(&self.dirs.refs, "", &mut |name, _, _| {
             if name.starts_with(prefix) {
                 names.push(name.to_owned());
             }
@@ -173,54 +299,33 @@ impl Store {
     }
 }
 
-/// Creates the namespace directories of a ref, fsyncing each new one into
-/// its parent.
-fn create_namespace(refs_dir: &Path, dir: &Path, name: &str) -> Result<()> {
-    let conflict = || Error::InvalidName(format!("{name:?}: a prefix of it is itself a ref"));
-    let rel = dir.strip_prefix(refs_dir).expect("namespace under refs/");
-    let mut current = refs_dir.to_path_buf();
-    for component in rel.components() {
-        let parent = current.clone();
-        current.push(component);
-        match fs::create_dir(&current) {
-            Ok(()) => fsync_dir(&parent)?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                if !current.is_dir() {
-                    return Err(conflict());
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::NotADirectory => return Err(conflict()),
-            Err(e) => return Err(Error::io(&current, e)),
-        }
-    }
-    Ok(())
-}
-
-/// Calls `visit(name, path)` for every ref file under `dir`.
+/// Calls `visit(name, dir, leaf)` for every ref file under `dir`, without
+/// following links: a symlink there is not a ref.
 pub(crate) fn walk_refs(
-    dir: &Path,
+    dir: &Dir,
     prefix: &str,
-    visit: &mut dyn FnMut(&str, &Path),
+    visit: &mut dyn FnMut(&str, &Dir, &str),
 ) -> Result<()> {
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(dir, e)),
-    };
-    for entry in entries {
-        let entry = entry.at(dir)?;
-        let Ok(file_name) = entry.file_name().into_string() else {
-            continue;
-        };
+    for (file_name, kind) in dir.entries()? {
         if file_name.starts_with('.') {
             continue;
         }
-        let name = format!("{prefix}{file_name}");
-        let path = entry.path();
-        if entry.file_type().at(&path)?.is_dir() {
-            walk_refs(&path, &format!("{name}/"), visit)?;
+        let kind = if kind == FileType::Unknown {
+            match dir.stat(&file_name)? {
+                Some(st) => st.kind,
+                None => continue,
+            }
         } else {
-            visit(&name, &path);
+            kind
+        };
+        let name = format!("{prefix}{file_name}");
+        if kind == FileType::Directory {
+            // Raced away or swapped for a link: skip it.
+            if let Ok(Some(sub)) = dir.descend(&file_name, false) {
+                walk_refs(&sub, &format!("{name}/"), visit)?;
+            }
+        } else if kind == FileType::RegularFile {
+            visit(&name, dir, &file_name);
         }
     }
     Ok(())
@@ -231,11 +336,28 @@ mod tests {
     use super::*;
     use crate::store::Options;
     use proptest::prelude::*;
+    use std::path::Path;
 
     #[test]
     fn invalid_names() {
         for bad in [
-            "", "/abs", "a/../b", "..", ".", "a//b", "a/", ".hidden", "a/.b", "a\\b", "a\0b",
+            "",
+            "/abs",
+            "a/../b",
+            "..",
+            ".",
+            "a//b",
+            "a/",
+            ".hidden",
+            "a/.b",
+            "a\\b",
+            "a\0b",
+            "a\x1b[31m",
+            "a\rb",
+            "a\nb",
+            "tab\t",
+            "del\x7f",
+            "c1\u{9b}2J",
         ] {
             assert!(
                 matches!(validate_name(bad), Err(Error::InvalidName(_))),

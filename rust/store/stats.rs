@@ -1,12 +1,13 @@
 //! What is in the store, and what this handle has done since it was opened.
 
-use std::fs::{self, Metadata};
-use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Error, IoContext, Result};
+use rustix::fs::FileType;
+
+use crate::error::Result;
 use crate::hash::Digest;
+use crate::store::beneath::{Dir, EntryStat};
 use crate::store::refs::walk_refs;
 use crate::store::Store;
 
@@ -54,19 +55,27 @@ pub struct Stats {
     pub misses: u64,
 }
 
-/// One object file found on disk.
+/// One entry found at an object path: normally a regular file; anything
+/// else there (a symlink, a directory) is damage that `verify` reports.
 pub(crate) struct ObjectEntry {
     pub digest: Digest,
+    /// For messages only.
     pub path: PathBuf,
-    pub meta: Metadata,
+    /// Its fan-out directory, through which it is reached.
+    pub fan: Dir,
+    /// Its name there.
+    pub name: String,
+    pub meta: EntryStat,
 }
 
 impl Store {
     /// Counts objects, bytes and refs on disk, and reads the counters.
     pub fn stats(&self) -> Result<Stats> {
-        let objects = self.list_objects()?;
+        let objects: Vec<_> = (self.list_objects()?.into_iter())
+            .filter(|o| o.meta.is_file())
+            .collect();
         let mut refs = 0u64;
-        walk_refs(&self.layout.refs_dir(), "", &mut |_, _| refs += 1)?;
+        walk_refs(&self.dirs.refs, "", &mut |_, _, _| refs += 1)?;
         Ok(Stats {
             objects: objects.len() as u64,
             bytes: objects.iter().map(|o| o.meta.len()).sum(),
@@ -78,35 +87,32 @@ impl Store {
         })
     }
 
-    /// Every object file, found by listing the fan-out directories. Entries
-    /// that are not named like objects are ignored; files that vanish while
-    /// we list (a concurrent GC) are skipped.
+    /// Every entry at an object path, found by listing the fan-out
+    /// directories without following links. Entries that are not named like
+    /// objects are ignored; files that vanish while we list (a concurrent GC)
+    /// are skipped.
     pub(crate) fn list_objects(&self) -> Result<Vec<ObjectEntry>> {
-        let objects_dir = self.layout.objects_dir();
         let mut out = Vec::new();
-        for fan in fs::read_dir(&objects_dir).at(&objects_dir)? {
-            let fan = fan.at(&objects_dir)?;
-            let Some(prefix) = fan.file_name().to_str().map(str::to_owned) else {
-                continue;
-            };
-            if prefix.len() != 2 || !fan.file_type().at(&fan.path())?.is_dir() {
+        for (prefix, kind) in self.dirs.objects.entries()? {
+            if prefix.len() != 2 || kind != FileType::Directory {
                 continue;
             }
-            let fan_path = fan.path();
-            for entry in fs::read_dir(&fan_path).at(&fan_path)? {
-                let entry = entry.at(&fan_path)?;
-                let Some(rest) = entry.file_name().to_str().map(str::to_owned) else {
-                    continue;
-                };
+            // Raced away, or replaced by a link: nothing of ours is there.
+            let Ok(Some(fan)) = self.dirs.objects.descend(&prefix, false) else {
+                continue;
+            };
+            for (rest, _) in fan.entries()? {
                 let Ok(digest) = Digest::from_hex(&format!("{prefix}{rest}")) else {
                     continue;
                 };
-                let path = entry.path();
-                match fs::symlink_metadata(&path) {
-                    Ok(meta) if meta.is_file() => out.push(ObjectEntry { digest, path, meta }),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(Error::io(path, e)),
+                if let Some(meta) = fan.stat(&rest)? {
+                    out.push(ObjectEntry {
+                        digest,
+                        path: fan.path().join(&rest),
+                        fan: fan.clone(),
+                        name: rest,
+                        meta,
+                    });
                 }
             }
         }

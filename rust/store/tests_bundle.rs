@@ -89,7 +89,7 @@ fn export_refuses_unknown_refs_and_corrupt_objects() {
     let (_, _, leaves) = two_entries(&s);
     let path = dir.path().join("x.bundle");
     let err = s.export_bundle(&names(&["nope"]), &path).unwrap_err();
-    assert!(matches!(err, Error::InvalidName(_)), "{err}");
+    assert!(matches!(err, Error::NoSuchRef(_)), "{err}");
 
     let p = s.object_path(&leaves[1]);
     fs::remove_file(&p).unwrap();

@@ -99,7 +99,8 @@ impl Store {
         Ok(self
             .list_objects()?
             .into_iter()
-            .map(|o| (o.digest, o.meta.len()))
+            .filter(|o| o.meta.is_file())
+            .map(|o| (o.digest, o.meta.len))
             .collect())
     }
 

@@ -2,8 +2,10 @@
 
 use rayon::prelude::*;
 
-use crate::error::Result;
-use crate::hash::{hash_file, Digest};
+use rustix::fs::OFlags;
+
+use crate::error::{Error, IoContext, Result};
+use crate::hash::{hash_open_file, Digest};
 use crate::lock::LockMode;
 use crate::progress::Progress;
 use crate::store::mark::{Marked, Strictness};
@@ -21,12 +23,15 @@ pub struct VerifyReport {
     /// Digests reachable from refs (directly or via manifests) but absent,
     /// sorted.
     pub missing: Vec<Digest>,
+    /// Reachable manifests of a version this build cannot read (GC refuses
+    /// to run while there are any), sorted.
+    pub unknown: Vec<Digest>,
 }
 
 impl VerifyReport {
-    /// True when nothing is corrupt or missing.
+    /// True when nothing is corrupt, missing or unreadable.
     pub fn ok(&self) -> bool {
-        self.corrupt.is_empty() && self.missing.is_empty()
+        self.corrupt.is_empty() && self.missing.is_empty() && self.unknown.is_empty()
     }
 }
 
@@ -35,7 +40,8 @@ impl Store {
     /// everything refs reach is present.
     ///
     /// Holds the GC lock shared, so a concurrent GC cannot make a reachable
-    /// object look missing halfway through; writers carry on.
+    /// object look missing halfway through; writers carry on. Anything but a
+    /// regular file at an object path (a symlink, a directory) is corrupt.
     pub fn verify(&self) -> Result<VerifyReport> {
         self.verify_with(&Progress::new())
     }
@@ -45,16 +51,35 @@ impl Store {
     pub fn verify_with(&self, progress: &Progress) -> Result<VerifyReport> {
         let _lock = self.lock(LockMode::Shared)?;
         let objects = self.list_objects()?;
-        progress.set_total(objects.iter().map(|o| o.meta.len()).sum());
+        progress.set_total(objects.iter().map(|o| o.meta.len).sum());
         let checked: Vec<Result<Option<Digest>>> = crate::pool::install(|| {
             objects
                 .par_iter()
                 .map(|object| {
                     progress.check(&object.path)?;
-                    let hashed = hash_file(&object.path);
-                    progress.add(object.meta.len());
+                    if !object.meta.is_file() {
+                        return Ok(Some(object.digest));
+                    }
+                    let hashed = (object.fan)
+                        .open(&object.name, OFlags::RDONLY | OFlags::NONBLOCK, 0)
+                        .at(&object.path)
+                        .and_then(|file| {
+                            if file.metadata().at(&object.path)?.is_file() {
+                                hash_open_file(&file, &object.path).map(Some)
+                            } else {
+                                Ok(None)
+                            }
+                        });
+                    progress.add(object.meta.len);
                     match hashed {
-                        Ok(actual) => Ok((actual != object.digest).then_some(object.digest)),
+                        Ok(Some(actual)) => Ok((actual != object.digest).then_some(object.digest)),
+                        // Replaced by something that is not a file since listed.
+                        Ok(None) => Ok(Some(object.digest)),
+                        Err(Error::Io { source, .. })
+                            if source.raw_os_error() == Some(libc::ELOOP) =>
+                        {
+                            Ok(Some(object.digest))
+                        }
                         // Only GC removes objects, and it waits for our lock; but an
                         // outside hand may have: report it as missing below if
                         // reachable, otherwise it is simply gone.
@@ -76,9 +101,10 @@ impl Store {
         corrupt.dedup();
         Ok(VerifyReport {
             objects: objects.len() as u64,
-            bytes: objects.iter().map(|o| o.meta.len()).sum(),
+            bytes: objects.iter().map(|o| o.meta.len).sum(),
             corrupt,
             missing: marked.missing.into_iter().collect(),
+            unknown: marked.unknown.into_iter().collect(),
         })
     }
 }

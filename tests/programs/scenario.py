@@ -89,6 +89,68 @@ def forward_only():
     return [fn(torch.randn(4, 16)).detach()]
 
 
+class Block(torch.nn.Module):
+    """One transformer-style block: attention-free, but the same layers."""
+
+    def __init__(self, d: int = 32) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.up = torch.nn.Linear(d, 2 * d)
+        self.down = torch.nn.Linear(2 * d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
+
+
+class Breaky(torch.nn.Module):
+    """Its forward comes from `_unrolled_module`."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(Block() for _ in range(n))
+
+
+def _unrolled_module(n: int, directory: str) -> type[torch.nn.Module]:
+    """A model of N identical blocks called one by one, with a graph break
+    after each, as a large model with an unsupported op between its layers
+    compiles: every block after a break starts a new frame and a new graph.
+
+    It lives in a real file beside the store, so both processes see the same
+    source (Dynamo keys and checks entries by it).
+    """
+    import importlib
+
+    name = f"breaky_{n}"
+    path = os.path.join(directory, name + ".py")
+    lines = ["import torch", "", "", "def forward(self, x):"]
+    for i in range(n):
+        lines += [f"    x = self.blocks[{i}](x)", "    torch._dynamo.graph_break()"]
+    lines += ["    return x", ""]
+    text = "\n".join(lines)
+    if not os.path.exists(path) or open(path).read() != text:
+        with open(path, "w") as f:
+            f.write(text)
+    sys.path.insert(0, directory)
+    Breaky.forward = importlib.import_module(name).forward  # type: ignore[method-assign]
+    return Breaky
+
+
+def _breaks(device: str) -> list[torch.Tensor]:
+    n = int(os.environ.get("PRECOMPILE_TEST_BLOCKS", "16"))
+    model = _unrolled_module(n, os.path.dirname(os.path.abspath(sys.argv[3])))(n).to(device)
+    fn = torch.compile(model)
+    with torch.no_grad():
+        return [fn(torch.randn(4, 8, 32, device=device)).cpu()]
+
+
+def breaks():
+    return _breaks("cpu")
+
+
+def cuda_breaks():
+    return _breaks("cuda")
+
+
 def cuda_transformer():
     layer = torch.nn.TransformerEncoderLayer(64, 4, 256, batch_first=True, dropout=0.0)
     # Train mode (dropout 0) keeps the fused inference op out, so Inductor
@@ -107,6 +169,8 @@ def cuda_shared():
 
 
 SCENARIOS = {
+    "breaks": breaks,
+    "cuda_breaks": cuda_breaks,
     "cuda_shared": cuda_shared,
     "cuda_transformer": cuda_transformer,
     "forward_only": forward_only,
@@ -132,8 +196,14 @@ def main() -> None:
         # torch.compiler.save_cache_artifacts() populate this store.
         with open(mega_in, "rb") as f:
             torch.compiler.load_cache_artifacts(f.read())
+    stance = os.environ.get("PRECOMPILE_TEST_STANCE") if mode == "load" else None
     start = time.perf_counter()
-    outputs = SCENARIOS[name]()
+    if stance:
+        # "fail_on_recompile": a frame the store does not serve raises.
+        with torch.compiler.set_stance(stance):
+            outputs = SCENARIOS[name]()
+    else:
+        outputs = SCENARIOS[name]()
     elapsed = time.perf_counter() - start
     report = None
     if mode == "compile":
@@ -155,6 +225,7 @@ def main() -> None:
         json.dump(
             {
                 "seconds": elapsed,
+                "frames": torch._dynamo.convert_frame.FRAME_COUNTER,
                 "counters": {k: dict(v) for k, v in counters.items()},
                 "report": report,
             },

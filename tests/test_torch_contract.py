@@ -1,0 +1,223 @@
+"""What torch's own APIs promise, held with the store installed.
+
+Each test follows the shape of torch's own precompile tests: compile with
+`caching_precompile`, save through torch's API, reset Dynamo and
+PrecompileContext (a new process, as far as Dynamo can tell), then compile
+again under `fail_on_recompile`. The store must be invisible: torch's
+return values, frame counters, counters and the backends a reload installs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch._dynamo.convert_frame as convert_frame
+from torch._dynamo.package import DynamoCache
+from torch._dynamo.precompile_context import PrecompileContext
+from torch._dynamo.utils import counters
+
+import precompile
+from precompile.entries import REF_PREFIX
+from precompile.schema import EntryMeta, parse_meta
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    torch._dynamo.reset()
+    PrecompileContext.clear()
+    counters.clear()
+    path = tmp_path / "store"
+    with precompile.installed(path, save_on_exit=False):
+        yield path
+    _reset()
+
+
+def _reset_loaded_entries() -> None:
+    # Loaded entries live on the code objects, which outlive a test; some
+    # torch releases keep them across torch._dynamo.reset(). Another process
+    # would not have them.
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    for fn in _functions():
+        _reset_precompile_entries(fn.__code__)
+
+
+def _reset() -> None:
+    torch._dynamo.reset()
+    PrecompileContext.clear()
+    _reset_loaded_entries()
+
+
+def _functions() -> tuple:
+    """The functions the tests compile (their code objects are shared)."""
+
+    def sin_cos(x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + x.cos()
+
+    def cos_plus(x: torch.Tensor) -> torch.Tensor:
+        return x.cos() + x
+
+    def with_break(x: torch.Tensor) -> torch.Tensor:
+        y = x.sin() * 2
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    return sin_cos, cos_plus, with_break
+
+
+def test_save_to_dynamo_cache_returns_torchs_result(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    a, b = torch.randn(3, 2), torch.randn(5, 2)
+    expected = [_sin_cos(a), _cos_plus(b)]
+    torch.testing.assert_close([torch.compile(_sin_cos)(a), torch.compile(_cos_plus)(b)], expected)
+    entries = dict(PrecompileContext._dynamo_cache_entries)
+    backends = dict(PrecompileContext._backend_artifacts_by_key)
+    torchs = PrecompileContext.dump_debug_info(entries, backends)
+
+    info = PrecompileContext.save_to_dynamo_cache()
+
+    assert len(info["dynamo"]) == 2
+    assert len(info["backends"]) == 2
+    assert {k: v for k, v in info.items() if k != "precompile"} == dict(torchs)
+    report = info["precompile"]
+    assert report["missing_backends"] == 0
+    assert report["backends"] == 2
+    assert set(report["entries"]) == set(entries)
+
+
+def test_reload_serves_every_frame_without_recompiling(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    a, b = torch.randn(3, 2), torch.randn(5, 2)
+    expected = [_sin_cos(a), _cos_plus(b)]
+    torch.compile(_sin_cos)(a)
+    torch.compile(_cos_plus)(b)
+    DynamoCache.clear()
+    frames = convert_frame.FRAME_COUNTER
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+
+    with torch.compiler.set_stance("fail_on_recompile"):
+        got = [torch.compile(_sin_cos)(a), torch.compile(_cos_plus)(b)]
+    torch.testing.assert_close(got, expected)
+    # Loading compiles no frame: the counter stands where the cold run left it.
+    assert convert_frame.FRAME_COUNTER == frames
+    assert counters["dynamo_cache"]["dynamo_cache_hit"] == 2
+
+
+def test_a_graph_break_reload_installs_every_backend(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    x = torch.randn(4, 4)
+    expected = _with_break(x)
+    torch.compile(_with_break)(x)
+    info = PrecompileContext.save_to_dynamo_cache()
+    assert len(info["backends"]) == 2
+    _reset()
+
+    entry = DynamoCache.load(_with_break)
+    assert entry is not None
+    assert sorted(entry.backends) == sorted(info["backends"])
+    _reset()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(_with_break)(x), expected)
+
+
+def test_fail_on_recompile_still_fails_without_an_entry(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    torch.compile(_sin_cos)(torch.randn(3, 2))
+    # Nothing saved: the store holds no entry, so this is a recompile.
+    _reset()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            torch.compile(_sin_cos)(torch.randn(3, 2))
+    assert counters["dynamo_cache"]["dynamo_cache_miss"] >= 1
+
+
+def test_dynamo_cache_clear_forgets_entries(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    torch.compile(_sin_cos)(torch.randn(3, 2))
+    PrecompileContext.save_to_dynamo_cache()
+    assert precompile.Store(str(store)).refs(REF_PREFIX)
+    DynamoCache.clear()
+    assert precompile.Store(str(store)).refs(REF_PREFIX) == []
+    _reset()
+    assert DynamoCache.load(_sin_cos) is None
+
+
+def test_every_manifest_a_save_writes_validates(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    torch.compile(_with_break)(torch.randn(4, 4))
+    torch.compile(_sin_cos)(torch.randn(3, 2))
+    PrecompileContext.save_to_dynamo_cache()
+    s = precompile.Store(str(store))
+    seen: set[str] = set()
+    pending = [s.get_ref(name) for name in s.refs(REF_PREFIX)]
+    kinds = set()
+    while pending:
+        digest = pending.pop()
+        if digest in seen:
+            continue
+        seen.add(digest)
+        blob = bytes(s.get(digest))
+        if not blob.startswith(b"precompile-manifest\n"):
+            continue
+        children, meta = s.get_manifest(digest)
+        record = parse_meta(meta)
+        assert record is not None, meta
+        kinds.add(record.KIND)
+        # What the record names is exactly what the manifest lists.
+        assert sorted(set(record.children())) == sorted(children)
+        assert type(record).from_json(record.to_json()) == record
+        pending += children
+    assert {"precompile/entry", "precompile/aot-backend", "precompile/fx-graph"} <= kinds
+
+
+def test_entry_metadata_names_the_function(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    torch.compile(_sin_cos)(torch.randn(3, 2))
+    PrecompileContext.save_to_dynamo_cache()
+    s = precompile.Store(str(store))
+    (name,) = s.refs(REF_PREFIX)
+    _, meta = s.get_manifest(s.get_ref(name))
+    entry = EntryMeta.from_json(meta)
+    assert entry.source.qualname == "_functions.<locals>.sin_cos"
+    assert entry.source.file == __file__
+    assert entry.source.line == _sin_cos.__code__.co_firstlineno
+    assert entry.device_type == "cpu"
+    assert entry.torch == torch.__version__
+
+
+def test_an_entry_that_cannot_install_is_a_miss_with_a_warning(store: Path) -> None:
+    _sin_cos, _cos_plus, _with_break = _functions()
+    x = torch.randn(3, 2)
+    torch.compile(_sin_cos)(x)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+    # Damage what the loaded package installs: its guards state no longer
+    # unpickles, as when a stored entry names something this process lacks.
+    original = precompile.StoreDynamoCache.load
+
+    def damaged(self: precompile.StoreDynamoCache, fn: object) -> object:
+        entry = original(self, fn)
+        for code in entry.dynamo.codes:
+            for guarded in code.guarded_codes:
+                guarded.guards_state = b"\x80\x05not a pickle"
+        return entry
+
+    precompile.StoreDynamoCache.load = damaged  # type: ignore[method-assign]
+    precompile.install(store, save_on_exit=False)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = torch.compile(_sin_cos)(x)
+    finally:
+        precompile.StoreDynamoCache.load = original  # type: ignore[method-assign]
+    torch.testing.assert_close(out, _sin_cos(x))
+    assert counters["precompile"]["install_failed"] == 1
+    assert any(issubclass(w.category, precompile.PrecompileWarning) for w in caught)
