@@ -177,3 +177,22 @@ def test_a_damaged_remote_value_is_counted_and_compiled_around(
     usage = remote_usage(remote)
     assert usage["missing"] == [] and usage["entries"] == 1
     assert client.get(key) == value
+
+
+@pytest.mark.slow
+def test_a_stopped_remote_times_out_and_the_host_compiles(
+    build_host: dict[str, Any], redis_factory: Any, tmp_path: Path
+) -> None:
+    server = _copy_of_the_remote(build_host, redis_factory)
+    server.stop()  # SIGSTOP: connections are accepted and nothing answers
+    try:
+        b = _host("fresh", "load", tmp_path, server.url + "?timeout=0.5")
+    finally:
+        server.cont()
+    _assert_same(build_host["result"], b)
+    assert "PrecompileWarning" in b["stderr"] and "Timeout" in b["stderr"]
+    assert (
+        counter(b, "precompile_remote", "errors") == 1
+    )  # then out of use: no second wait
+    assert counter(b, "dynamo_cache", "dynamo_cache_miss") == 1
+    assert b["compiler_runs"], "what could not be loaded compiles"
