@@ -34,12 +34,33 @@ class Transformer(torch.nn.Module):
         return self.head(self.encoder(x))
 
 
+class ConvNet(torch.nn.Module):
+    """A small image classifier: convolutions, pooling and a linear head."""
+
+    def __init__(self, channels: int = 16, classes: int = 10) -> None:
+        super().__init__()
+        self.features = torch.nn.Sequential(
+            torch.nn.Conv2d(3, channels, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.MaxPool2d(2),
+            torch.nn.Conv2d(channels, 2 * channels, 3, padding=1),
+            torch.nn.ReLU(),
+            torch.nn.AdaptiveAvgPool2d(1),
+        )
+        self.head = torch.nn.Linear(2 * channels, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).flatten(1))
+
+
 def build(name: str, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     if name == "mlp":
         model, x = MLP(), torch.randn(32, 64)
     elif name == "transformer":
         model, x = Transformer(), torch.randn(4, 16, 64)
+    elif name == "convnet":
+        model, x = ConvNet(), torch.randn(8, 3, 32, 32)
     else:
         raise ValueError(f"unknown model {name!r}")
     # Train mode with dropout 0 computes the same thing as eval mode but keeps

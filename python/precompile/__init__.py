@@ -27,6 +27,7 @@ from ._core import (
     keygen,
     open_bundle,
 )
+from .remote import RemoteError
 
 # Names whose modules import torch, loaded on first access.
 _TORCH_NAMES = {
@@ -64,6 +65,7 @@ __all__ = [
     "PrecompileWarning",
     "RefConflictError",
     "RefNotFoundError",
+    "RemoteError",
     "SaveReport",
     "Store",
     "StoreDynamoCache",

@@ -2,7 +2,8 @@
 
     precompile [--store PATH] COMMAND [--json] ...
 
-COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen; `--store`
+COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen, push,
+pull (see `_cli_remote`; stats and gc also take `--remote URL`); `--store`
 may also name a bundle file for the read-only commands. The read commands
 take `--json` and then print one JSON document on stdout. Progress bars go
 to stderr and only appear on a terminal.
@@ -209,6 +210,12 @@ def cmd_stats(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
+def _remote_commands() -> Any:
+    from . import _cli_remote
+
+    return _cli_remote
+
+
 def cmd_verify(args: argparse.Namespace, src: Source) -> int:
     doc: dict[str, Any]
     with ByteProgress(err, "verifying") as bar:
@@ -354,7 +361,8 @@ def _parser() -> argparse.ArgumentParser:
         "prefix", nargs="?", default="", help="only refs starting with this")
     command("show", cmd_show, "print the manifest tree of a ref, with sizes").add_argument(
         "ref", help="a ref name or an object digest")
-    command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries")
+    command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries").add_argument(
+        "--remote", metavar="URL", help="report on this remote instead of the store")
     command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
     gc = command("gc", cmd_gc, "evict least recently used refs down to a size, then sweep")
     gc.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
@@ -362,6 +370,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="evict least recently used refs until the store fits (10G, 500M, ...)")
     gc.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
                     help="keep unreferenced objects younger than this (default 1h; 0 when nothing writes)")
+    gc.add_argument("--remote", metavar="URL",
+                    help="collect this remote instead: delete what no remote ref reaches")
     export = command("export", cmd_export, "write refs and everything they reach to one bundle file")
     export.add_argument("out", help="the bundle file to write")
     export.add_argument("refs", nargs="*", help="refs to export (default: all)")
@@ -374,6 +384,8 @@ def _parser() -> argparse.ArgumentParser:
     command("keygen", cmd_keygen, "write a new secret signing key (mode 0600) and print its public key"
             ).add_argument("keyfile", help="where to write the secret key (never overwritten)")
     command("du", cmd_du, "disk usage per ref: what deleting each would free")
+    _remote_commands().add_commands(
+        lambda name, func, text: command(name, lambda a, s: func(a, s, out, err), text))
     sub.add_parser(
         "demo", help="compile a model into the store, then warm-start it in a fresh process",
         description="compile a model into the store, then warm-start it in a fresh process "
@@ -388,7 +400,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "keygen":  # needs no store
             return cmd_keygen(args)
-        src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "demo"))
+        if getattr(args, "remote", None) and args.command in ("stats", "gc"):
+            remote = _remote_commands()
+            run = remote.cmd_stats_remote if args.command == "stats" else remote.cmd_gc_remote
+            return int(run(args, out))
+        src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "demo", "pull"))
         return int(args.func(args, src))
     except UsageError as e:
         err.print(f"precompile: error: {escape(str(e))}")

@@ -73,6 +73,13 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
         _record_for_mega_cache(path, cache_entry)
+        self.push([path])
+
+    def push(self, keys: Sequence[str]) -> None:
+        """Upload saved entries to the remote, if there is one; a fault only warns."""
+        remote = getattr(self.store, "remote", None)
+        if remote is not None:
+            remote.push([ref_name(k) for k in keys])
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
@@ -196,6 +203,7 @@ def install(
     path: str | os.PathLike[str] | None = None,
     *,
     layers: Sequence[Any] = (),
+    remote: Any = None,
     enable: bool = True,
     save_on_exit: bool = True,
     trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
@@ -209,7 +217,10 @@ def install(
     every bundle layer must be signed by one of them: anything else raises
     `UntrustedError` here, before a byte of it is read or unpickled. The
     store at `path` must be the user's own unless `shared_store` (a setgid
-    directory shared with one of the user's groups). With `enable`, sets
+    directory shared with one of the user's groups). `remote` (a URL such as
+    `redis://host:6379/0` or `redis+cluster://host:7000`, or a
+    `precompile.remote.Remote`; default `$PRECOMPILE_REMOTE`) is read last and
+    receives every save; see `precompile.remote_layer`. With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
     the previous installation.
@@ -218,10 +229,13 @@ def install(
     import torch
 
     from .layers import open_layered
+    from .remote import LiveCounters, open_remote
 
+    remote = open_remote(remote, counters=LiveCounters(lambda: tc.counters["precompile_remote"]))
     store = open_layered(
         os.fspath(path) if path is not None else default_store_path(),
         layers,
+        remote,
         trusted_keys=trusted_keys,
         shared=shared_store,
     )
@@ -285,8 +299,10 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
-        store = _active.cache.writable
-    return save_context(store, on_written)
+        cache = _active.cache
+    report = save_context(cache.writable, on_written)
+    cache.push(list(report.entries))
+    return report
 
 
 def _save_at_exit() -> None:

@@ -42,6 +42,9 @@ def open_layer(layer: Any, trusted_keys: Sequence[Any] | None = None) -> Any:
 class LayeredStore:
     """The store API over a writable store and read-only layers."""
 
+    # The `RemoteLayer` among the layers, which saves also push to.
+    remote: Any = None
+
     def __init__(self, writable: Store, layers: Sequence[ReadStore]) -> None:
         self.writable = writable
         self.layers = tuple(layers)
@@ -104,18 +107,31 @@ class LayeredStore:
 
 
 def open_layered(
-    path: str, layers: Sequence[Any] = (), *, trusted_keys: Sequence[Any] | None = None, shared: bool = False
+    path: str,
+    layers: Sequence[Any] = (),
+    remote: Any = None,
+    *,
+    trusted_keys: Sequence[Any] | None = None,
+    shared: bool = False,
 ) -> Store | LayeredStore:
-    """The store at `path`, layered over `layers` when there are any.
+    """The store at `path`, layered over `layers` and then `remote` (a
+    `Remote`), if any.
 
     Every layer is opened (and a bundle's signature checked) before the
     writable store is, so a refused layer leaves nothing behind.
     """
     opened = [open_layer(layer, trusted_keys) for layer in layers]
     store = Store(path, shared=shared)
-    if not opened:
+    if not opened and remote is None:
         return store
-    return LayeredStore(store, opened)
+    if remote is not None:
+        from .remote_layer import RemoteLayer
+
+        opened.append(RemoteLayer(remote, store))
+    layered = LayeredStore(store, opened)
+    if remote is not None:
+        layered.remote = opened[-1]
+    return layered
 
 
 def writable_of(store: ReadStore) -> WriteStore:

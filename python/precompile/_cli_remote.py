@@ -1,0 +1,192 @@
+"""The command line's remote commands: push, pull, and stats/gc with --remote.
+
+    precompile --store S push REMOTE [REF...]
+    precompile --store S pull REMOTE [REF...]
+    precompile stats --remote REMOTE
+    precompile gc --remote REMOTE [--grace 1h] [--dry-run]
+
+REMOTE is a URL as `precompile.install(remote=...)` takes it. A remote that
+cannot be reached is an error here (exit 1), not a miss: the command was
+asked to move data and could not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from ._cli_views import ByteProgress, Source, UsageError, human_size
+from .remote import Remote, open_remote
+from .remote_sync import pull, push, remote_gc, remote_usage
+
+__all__ = ["add_commands", "cmd_gc_remote", "cmd_stats_remote"]
+
+
+def _emit_json(doc: Any) -> None:
+    print(json.dumps(doc, indent=2, sort_keys=True))
+
+
+def _open(url: str) -> Remote:
+    remote = open_remote(url)
+    assert remote is not None
+    remote.ping()
+    return remote
+
+
+class CountProgress:
+    """A progress bar in refs on stderr, shown only on a terminal after a moment."""
+
+    DELAY = 0.3
+
+    def __init__(self, console: Console, description: str) -> None:
+        self.console, self.description = console, description
+        self.start = time.monotonic()
+        self.bar: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            if (
+                not self.console.is_terminal
+                or time.monotonic() - self.start < self.DELAY
+            ):
+                return
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=self.console,
+                transient=True,
+            )
+            self.bar.start()
+            self.task = self.bar.add_task(self.description, total=total)
+        self.bar.update(self.task, completed=done, total=total)
+
+    def __enter__(self) -> CountProgress:  # noqa: PYI034 (a final helper class)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _report(
+    args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]
+) -> int:
+    doc["remote"] = args.remote
+    if args.json:
+        _emit_json(doc)
+    else:
+        out.print(
+            f"{verb} {doc['refs']} refs: {doc['objects']} objects ({human_size(doc['bytes'])}) "
+            f"moved, {doc['objects_present']} already there"
+        )
+    return 0
+
+
+def cmd_push(args: argparse.Namespace, src: Source, out: Console, err: Console) -> int:
+    store = src.need_store("push")
+    for name in args.refs:
+        if store.get_ref(name) is None:
+            raise UsageError(f"no ref named {name!r}")
+    remote = _open(args.remote)
+    with ByteProgress(err, "pushing") as bar:
+        report = push(store, remote, args.refs or None, progress=bar)
+    return _report(args, out, "pushed", report.to_json())
+
+
+def cmd_pull(args: argparse.Namespace, src: Source, out: Console, err: Console) -> int:
+    store = src.need_store("pull")
+    remote = _open(args.remote)
+    if args.refs:
+        held = remote.ref_digests(args.refs)
+        unknown = [n for n, d in held.items() if d is None]
+        if unknown:
+            raise UsageError(f"the remote has no ref named {unknown[0]!r}")
+    with CountProgress(err, "pulling") as bar:
+        report = pull(store, remote, args.refs or None, progress=bar)
+    return _report(args, out, "pulled", report.to_json())
+
+
+def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
+    remote = _open(args.remote)
+    u = remote_usage(remote)
+    doc = {
+        "remote": args.remote,
+        "entries": u["entries"],
+        "blobs": u["blobs"],
+        "bytes": u["logical_bytes"],
+        "unique_bytes": u["reachable_bytes"],
+        "stored_bytes": u["bytes"],
+        "unreferenced_bytes": u["bytes"] - u["reachable_bytes"],
+        "missing": u["missing"],
+        "dedup_ratio": u["dedup_ratio"],
+    }
+    if args.json:
+        _emit_json(doc)
+        return 0 if not u["missing"] else 1
+    table = Table(title=escape(args.remote), show_header=False, box=None)
+    table.add_row("entries", str(doc["entries"]))
+    table.add_row("blobs", str(doc["blobs"]))
+    table.add_row("bytes (entries in full)", human_size(doc["bytes"]))
+    table.add_row("unique bytes", human_size(doc["unique_bytes"]))
+    table.add_row("dedup ratio", f"{doc['dedup_ratio']:.2f}x")
+    table.add_row("stored bytes", human_size(doc["stored_bytes"]))
+    table.add_row("unreferenced bytes", human_size(doc["unreferenced_bytes"]))
+    if u["missing"]:
+        table.add_row("[red]missing objects[/]", str(len(u["missing"])))
+    out.print(table)
+    return 0 if not u["missing"] else 1
+
+
+def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
+    if args.max_size is not None:
+        raise UsageError("--max-size applies to a local store, not to --remote")
+    remote = _open(args.remote)
+    doc = remote_gc(remote, grace_seconds=args.grace, dry_run=args.dry_run)
+    doc["remote"] = args.remote
+    if args.json:
+        _emit_json(doc)
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    out.print(
+        f"{verb} {doc['objects_freed']} remote objects ({human_size(doc['bytes_freed'])}), "
+        f"kept {doc['objects_kept']}"
+    )
+    return 0
+
+
+def add_commands(command: Any) -> None:
+    """Register push and pull with the command line's `command(name, func, help)`."""
+    p = command(
+        "push",
+        cmd_push,
+        "upload refs and what they reach to a remote (only what it lacks)",
+    )
+    p.add_argument(
+        "remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port"
+    )
+    p.add_argument("refs", nargs="*", help="refs to push (default: all)")
+    p = command(
+        "pull", cmd_pull, "download refs and what they reach from a remote, verified"
+    )
+    p.add_argument(
+        "remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port"
+    )
+    p.add_argument(
+        "refs", nargs="*", help="refs to pull (default: all the remote holds)"
+    )

@@ -1,0 +1,496 @@
+"""A content-addressed remote on Redis: keys, chunking, timeouts and counters.
+
+The remote holds the same objects and refs as a local store, under keys that
+carry a namespace and the layout version (docs/FORMAT-remote.md):
+
+    <ns>:v1:ref:<name>              the digest ref <name> points at
+    <ns>:v1:obj:{<digest>}          the object's bytes, when it fits one value
+    <ns>:v1:chunk:{<digest>}:<i>    chunk i of a larger object
+    <ns>:v1:meta:{<digest>}         hash: t (last push, ms), n (size), c (chunks), m (manifest)
+
+The braces are a Redis Cluster hash tag: an object's keys live in one slot,
+so one script can delete them together. Every value read is hashed before
+use; one that does not hash to its name is counted and never returned.
+
+This module only talks to the server and raises on faults (`RemoteError`);
+`remote_layer` turns faults into misses for the torch integration, and
+`remote_sync` moves whole entries.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from typing import Any
+
+from ._core import CorruptObjectError, MissingObjectError, StoreError, blake3_hex
+
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "LAYOUT_VERSION",
+    "MANIFEST_MAGIC",
+    "Remote",
+    "RemoteError",
+    "manifest_children",
+    "open_remote",
+]
+
+LAYOUT_VERSION = "v1"
+DEFAULT_NAMESPACE = "precompile"
+# Redis refuses values over 512 MB; smaller chunks also keep one reply from
+# holding a connection (and the server) for long.
+DEFAULT_CHUNK_SIZE = 64 << 20
+DEFAULT_CONNECT_TIMEOUT = 0.5
+DEFAULT_TIMEOUT = 2.0
+# Commands per pipeline round trip, and bytes per upload round trip.
+_BATCH = 512
+_UPLOAD_BYTES = 32 << 20
+MANIFEST_MAGIC = b"precompile-manifest\n"
+_MANIFEST_VERSION = 1
+_HEX = frozenset("0123456789abcdef")
+
+# Deletes an object's keys unless a push touched it at or after the cutoff.
+# Pushers touch before they check existence, so a blob a push is about to
+# rely on is never swept under it.
+_DELETE_IF_OLD = """
+local t = redis.call('HGET', KEYS[1], 't')
+if t and tonumber(t) >= tonumber(ARGV[1]) then return 0 end
+redis.call('DEL', unpack(KEYS))
+return 1
+"""
+
+
+# What `Remote.stats()` reports. hits / misses: entries a read found and
+# brought over, or did not; ref_hits / ref_misses: ref lookups; errors:
+# faults of the server or network; corrupt: values that did not hash to
+# their name (or lost a chunk); missing_objects: objects a ref reached that
+# the remote lacks; blobs/bytes read and written; refs written.
+COUNTERS = (
+    "hits",
+    "misses",
+    "ref_hits",
+    "ref_misses",
+    "errors",
+    "corrupt",
+    "missing_objects",
+    "blobs_read",
+    "bytes_read",
+    "blobs_written",
+    "bytes_written",
+    "refs_written",
+)
+
+
+class RemoteError(StoreError):
+    """The remote could not be reached, timed out, or answered nonsense."""
+
+
+def _is_digest(text: str) -> bool:
+    return len(text) == 64 and set(text) <= _HEX
+
+
+def manifest_children(data: bytes | memoryview) -> list[str] | None:
+    """The children of a manifest's bytes, or None when they are not a manifest.
+
+    Refuses (FormatError-like `ValueError`) a manifest version it does not know.
+    """
+    view = memoryview(data)
+    if bytes(view[: len(MANIFEST_MAGIC)]) != MANIFEST_MAGIC:
+        return None
+    doc = json.loads(bytes(view[len(MANIFEST_MAGIC) :]))
+    if doc.get("version") != _MANIFEST_VERSION:
+        raise ValueError(f"manifest version {doc.get('version')!r} is not supported")
+    children = doc["children"]
+    if not all(isinstance(c, str) and _is_digest(c) for c in children):
+        raise ValueError("manifest names a child that is not a digest")
+    return list(children)
+
+
+class Keys:
+    """Key names under one namespace and layout version."""
+
+    def __init__(self, namespace: str) -> None:
+        self.base = f"{namespace}:{LAYOUT_VERSION}:"
+
+    def ref(self, name: str) -> str:
+        return f"{self.base}ref:{name}"
+
+    def obj(self, digest: str) -> str:
+        return f"{self.base}obj:{{{digest}}}"
+
+    def chunk(self, digest: str, i: int) -> str:
+        return f"{self.base}chunk:{{{digest}}}:{i}"
+
+    def meta(self, digest: str) -> str:
+        return f"{self.base}meta:{{{digest}}}"
+
+    def ref_name(self, key: bytes | str) -> str:
+        k = key.decode() if isinstance(key, bytes) else key
+        return k[len(self.base) + len("ref:") :]
+
+    def meta_digest(self, key: bytes | str) -> str:
+        k = key.decode() if isinstance(key, bytes) else key
+        return k[len(self.base) + len("meta:{") : -1]
+
+
+def _split_url(url: str) -> tuple[str, dict[str, str]]:
+    """The URL for redis-py, and precompile's own query options taken out of it."""
+    parts = urllib.parse.urlsplit(url)
+    ours = {"namespace", "chunk_size", "timeout", "connect_timeout"}
+    query = urllib.parse.parse_qsl(parts.query)
+    options = {k: v for k, v in query if k in ours}
+    rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), options
+
+
+def _client(url: str, connect_timeout: float, timeout: float) -> Any:
+    try:
+        import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+    except ImportError as e:
+        raise RemoteError(
+            "a remote needs the redis package: pip install 'precompile[remote]'"
+        ) from e
+    scheme = urllib.parse.urlsplit(url).scheme
+    # One attempt per command: a retry would multiply the timeout a stalled
+    # server costs, and the caller treats any fault as a miss anyway.
+    common = {
+        "socket_connect_timeout": connect_timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        from redis.cluster import RedisCluster
+
+        plain = scheme.replace("+cluster", "") + url[len(scheme) :]
+        return RedisCluster.from_url(plain, **common)
+    return redis.Redis.from_url(url, **common)
+
+
+class Remote:
+    """Objects and refs on a Redis server or cluster.
+
+    Methods raise `RemoteError` for faults of the server or the network,
+    `CorruptObjectError` for a value that does not hash to its name and
+    `MissingObjectError` for an object the remote does not hold.
+    `counters` (a mapping of name to count, torch's
+    `counters["precompile_remote"]` under `install`) receives hits, misses,
+    errors, corrupt values and bytes moved.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+        timeout: float = DEFAULT_TIMEOUT,
+        counters: MutableMapping[str, int] | None = None,
+    ) -> None:
+        redis_url, options = _split_url(url)
+        namespace = options.get("namespace", namespace)
+        chunk_size = int(options.get("chunk_size", chunk_size))
+        connect_timeout = float(options.get("connect_timeout", connect_timeout))
+        timeout = float(options.get("timeout", timeout))
+        if not 0 < chunk_size <= 512 << 20:
+            raise ValueError("chunk_size must be between 1 byte and 512 MiB")
+        self.url = url
+        self.keys = Keys(namespace)
+        self.chunk_size = chunk_size
+        self.timeout = timeout
+        self.counters: MutableMapping[str, int] = (
+            collections.Counter() if counters is None else counters
+        )
+        scheme = urllib.parse.urlsplit(redis_url).scheme
+        if scheme not in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
+            raise ValueError(
+                f"unsupported remote URL scheme {scheme!r} (redis, rediss, unix, redis+cluster)"
+            )
+        # Connecting waits for the first command (a cluster client would
+        # otherwise reach the cluster in the constructor), so a remote that
+        # is down costs a miss there and never fails the caller's setup.
+        self._connect = lambda: _client(redis_url, connect_timeout, timeout)
+        self._conn: Any = None
+        self._delete_if_old: Any = None
+
+    @property
+    def _client(self) -> Any:
+        if self._conn is None:
+            self._conn = self._connect()
+        return self._conn
+
+    def __repr__(self) -> str:
+        return f"Remote({self.url!r})"
+
+    def stats(self) -> dict[str, int]:
+        """This handle's counters (see `COUNTERS`), zero where nothing happened."""
+        return {name: int(self.counters.get(name, 0)) for name in COUNTERS}
+
+    def _run(self, fn: Any, *args: Any) -> Any:
+        import redis
+
+        try:
+            return fn(*args)
+        except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
+            self.counters["errors"] += 1
+            raise RemoteError(f"remote {self.url}: {type(e).__name__}: {e}") from e
+
+    def _pipeline(self, commands: Iterable[tuple[str, tuple[Any, ...]]]) -> list[Any]:
+        """Run (method, args) commands in pipelined round trips; results in order."""
+        commands = list(commands)
+        results: list[Any] = []
+        for start in range(0, len(commands), _BATCH):
+
+            def batch(
+                part: list[tuple[str, tuple[Any, ...]]] = commands[
+                    start : start + _BATCH
+                ],
+            ) -> list[Any]:
+                pipe = self._client.pipeline(transaction=False)
+                for method, args in part:
+                    getattr(pipe, method)(*args)
+                return list(pipe.execute())
+
+            results += self._run(batch)
+        return results
+
+    # -- refs ----------------------------------------------------------------
+    def ping(self) -> None:
+        self._run(lambda: self._client.ping())
+
+    def get_ref(self, name: str) -> str | None:
+        value = self._run(lambda: self._client.get(self.keys.ref(name)))
+        if value is None:
+            self.counters["ref_misses"] += 1
+            return None
+        digest = value.decode(errors="replace")
+        if not _is_digest(digest):
+            self.counters["corrupt"] += 1
+            raise CorruptObjectError(
+                f"remote ref {name!r} holds {value[:80]!r}, not a digest"
+            )
+        self.counters["ref_hits"] += 1
+        return digest
+
+    def set_refs(self, refs: dict[str, str]) -> None:
+        """Point each ref at its digest. Each SET is atomic; the last writer wins."""
+        self._pipeline(("set", (self.keys.ref(n), d)) for n, d in refs.items())
+        self.counters["refs_written"] += len(refs)
+
+    def delete_ref(self, name: str) -> bool:
+        return bool(self._run(lambda: self._client.delete(self.keys.ref(name))))
+
+    def refs(self, prefix: str = "") -> list[str]:
+        pattern = self.keys.ref(_glob_escape(prefix)) + "*"
+        names = self._run(
+            lambda: [
+                self.keys.ref_name(k)
+                for k in self._client.scan_iter(match=pattern, count=1000)
+            ]
+        )
+        return sorted(set(names))
+
+    def ref_digests(self, names: list[str]) -> dict[str, str | None]:
+        values = self._pipeline(("get", (self.keys.ref(n),)) for n in names)
+        out: dict[str, str | None] = {}
+        for name, value in zip(names, values):
+            text = None if value is None else value.decode(errors="replace")
+            out[name] = text if text is not None and _is_digest(text) else None
+        return out
+
+    # -- objects -------------------------------------------------------------
+    def touch_and_check(self, digests: list[str]) -> set[str]:
+        """Mark `digests` as being pushed now; returns those the remote holds.
+
+        The touch comes first so that a concurrent `gc` keeps them (see
+        `_DELETE_IF_OLD`) between this check and the refs that will name them.
+        """
+        now = now_ms()
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for d in digests:
+            commands += [
+                ("hset", (self.keys.meta(d), "t", now)),
+                ("hmget", (self.keys.meta(d), ["n", "c"])),
+                ("exists", (self.keys.obj(d),)),
+            ]
+        results = self._pipeline(commands)
+        present = set()
+        for i, d in enumerate(digests):
+            (n, c), exists = results[3 * i + 1], results[3 * i + 2]
+            if n is not None and (int(c or 0) > 0 or exists):
+                present.add(d)
+        return present
+
+    def put_blobs(self, blobs: Iterable[tuple[str, Any, bool]]) -> int:
+        """Upload (digest, buffer, is_manifest) triples; returns bytes sent.
+
+        The data goes first and the size field last, so an object counts as
+        present (`touch_and_check`) only once all of its bytes are there.
+        """
+        sent = 0
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        pending = 0
+        for digest, data, is_manifest in blobs:
+            view = memoryview(data).cast("B")
+            size = len(view)
+            if size <= self.chunk_size:
+                commands.append(("set", (self.keys.obj(digest), view)))
+                chunks = 0
+            else:
+                chunks = -(-size // self.chunk_size)
+                for i in range(chunks):
+                    part = view[i * self.chunk_size : (i + 1) * self.chunk_size]
+                    commands.append(("set", (self.keys.chunk(digest, i), part)))
+            fields = {"t": now_ms(), "n": size, "c": chunks, "m": int(is_manifest)}
+            commands.append(("hset", (self.keys.meta(digest), None, None, fields)))
+            pending += size
+            sent += size
+            if pending >= _UPLOAD_BYTES:
+                self._pipeline(commands)
+                commands, pending = [], 0
+        if commands:
+            self._pipeline(commands)
+        return sent
+
+    def get_blobs(self, digests: list[str]) -> dict[str, bytes]:
+        """Read and verify `digests`; raises on the first missing or corrupt one."""
+        values = self._pipeline(("get", (self.keys.obj(d),)) for d in digests)
+        out: dict[str, bytes] = {}
+        chunked = []
+        for d, value in zip(digests, values):
+            if value is None:
+                chunked.append(d)
+            else:
+                out[d] = value
+        if chunked:
+            metas = self._pipeline(
+                ("hmget", (self.keys.meta(d), ["n", "c"])) for d in chunked
+            )
+            for d, (n, c) in zip(chunked, metas):
+                if n is None or not int(c or 0):
+                    self.counters["missing_objects"] += 1
+                    raise MissingObjectError(f"object {d} is not on the remote")
+                parts = self._pipeline(
+                    ("get", (self.keys.chunk(d, i),)) for i in range(int(c))
+                )
+                if any(p is None for p in parts):
+                    self._damaged(d)
+                    raise CorruptObjectError(f"remote object {d} lost a chunk")
+                out[d] = b"".join(parts)
+        for d in digests:
+            data = out[d]
+            if blake3_hex(data) != d:
+                self._damaged(d)
+                raise CorruptObjectError(
+                    f"remote object {d} does not match its digest ({len(data)} bytes)"
+                )
+            self.counters["blobs_read"] += 1
+            self.counters["bytes_read"] += len(data)
+        return out
+
+    def _damaged(self, digest: str) -> None:
+        """Count a damaged object and drop its size field, so that the next
+        push uploads it again instead of trusting what is there."""
+        self.counters["corrupt"] += 1
+        try:
+            self._run(lambda: self._client.hdel(self.keys.meta(digest), "n"))
+        except RemoteError:
+            pass  # the next reader finds it damaged too
+
+    def index(self) -> dict[str, dict[str, int]]:
+        """Every object the remote knows: {digest: {t, n, c, m}} (n absent: incomplete).
+
+        t is the last push that touched it, in milliseconds since the epoch.
+        """
+        pattern = self.keys.base + "meta:*"
+        keys = self._run(
+            lambda: list(self._client.scan_iter(match=pattern, count=1000))
+        )
+        digests = [self.keys.meta_digest(k) for k in keys]
+        values = self._pipeline(
+            ("hmget", (self.keys.meta(d), ["t", "n", "c", "m"])) for d in digests
+        )
+        out = {}
+        for d, fields in zip(digests, values):
+            if _is_digest(d):
+                out[d] = {k: int(v) for k, v in zip("tncm", fields) if v is not None}
+        return out
+
+    def delete_if_old(self, digest: str, chunks: int, cutoff_ms: int) -> bool:
+        """Delete an object's keys atomically unless a push touched it since `cutoff_ms`."""
+        keys = [self.keys.meta(digest), self.keys.obj(digest)]
+        keys += [self.keys.chunk(digest, i) for i in range(chunks)]
+
+        def run() -> Any:
+            if self._delete_if_old is None:
+                self._delete_if_old = self._client.register_script(_DELETE_IF_OLD)
+            return self._delete_if_old(keys, [int(cutoff_ms)])
+
+        return bool(self._run(run))
+
+    def close(self) -> None:
+        if self._conn is None:
+            return
+        with contextlib.suppress(OSError):
+            self._conn.close()
+
+
+class LiveCounters(MutableMapping[str, int]):
+    """Counters kept in a mapping looked up afresh on every use.
+
+    torch's `counters` is a defaultdict that its own code may clear; looking
+    `counters["precompile_remote"]` up each time keeps the figures where
+    torch's tools read them.
+    """
+
+    def __init__(self, lookup: Callable[[], MutableMapping[str, int]]) -> None:
+        self._lookup = lookup
+
+    def __getitem__(self, name: str) -> int:
+        return self._lookup().get(name, 0)
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self._lookup()[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        del self._lookup()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._lookup()))
+
+    def __len__(self) -> int:
+        return len(self._lookup())
+
+
+def now_ms() -> int:
+    """Push times are kept in milliseconds since the epoch."""
+    return int(time.time() * 1000)
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def open_remote(url: str | Remote | None = None, **options: Any) -> Remote | None:
+    """A `Remote` for `url` (default `$PRECOMPILE_REMOTE`), or None when there is none.
+
+    URLs: `redis://[user:pass@]host:port/db`, `rediss://...` (TLS),
+    `unix:///path/to/socket`, and `redis+cluster://host:port` (or
+    `rediss+cluster://`) for a Redis Cluster reached through any of its
+    nodes. Query options `namespace`, `chunk_size` (bytes), `timeout` and
+    `connect_timeout` (seconds) override the keyword arguments.
+    """
+    if isinstance(url, Remote):
+        return url
+    if url is None:
+        url = os.environ.get("PRECOMPILE_REMOTE") or None
+    if url is None:
+        return None
+    return Remote(url, **options)

@@ -1,0 +1,144 @@
+"""The remote as the last layer of a store: read-through, write-behind, faults as misses.
+
+`RemoteLayer` answers the read API of `Store` and `Bundle` (get_ref,
+contains, get, get_many, get_manifest, refs) from a `Remote`, copying what
+it reads into the local writable store: a ref found on the remote brings its
+whole closure over (verified, one round trip per manifest level) and is then
+set locally, so the next process on this host finds the entry on disk.
+`push` uploads entries after they were saved locally.
+
+No fault of the remote reaches the caller. The first one that looks like an
+outage (refused, reset, timed out, an error reply) warns once with a
+`PrecompileWarning` and takes the remote out of use for `retry_after`
+seconds, during which reads miss at once and saves stay local; torch
+compiles what it could not load. A value that does not hash to its name is
+counted and treated as a miss, without taking the remote out of use.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from ._core import CorruptObjectError, MissingObjectError, Store
+from .remote import Remote, RemoteError
+from .remote_sync import SyncReport, pull_closure, push
+
+__all__ = ["RemoteLayer"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class RemoteLayer:
+    """A read-only layer over `remote` that fills `local` as it reads."""
+
+    def __init__(
+        self, remote: Remote, local: Store, *, retry_after: float = 60.0
+    ) -> None:
+        self.remote = remote
+        self.local = local
+        self.retry_after = retry_after
+        self._down_until = 0.0
+        self._warned = False
+
+    @property
+    def path(self) -> str:
+        return self.remote.url
+
+    @property
+    def available(self) -> bool:
+        """False while the remote is out of use after a fault."""
+        return time.monotonic() >= self._down_until
+
+    def stats(self) -> dict[str, int]:
+        return self.remote.stats()
+
+    def _guard(self, what: str, fn: Callable[[], T], default: T) -> T:
+        if not self.available:
+            return default
+        try:
+            return fn()
+        except (CorruptObjectError, MissingObjectError, ValueError) as e:
+            # Damaged or incomplete content: a miss, the server itself is fine.
+            log.info("remote %s: %s", what, e)
+            return default
+        except RemoteError as e:
+            self._out_of_use(what, e)
+            return default
+
+    def _out_of_use(self, what: str, error: BaseException) -> None:
+        self._down_until = time.monotonic() + self.retry_after
+        log.debug("remote %s failed: %r", what, error)
+        if self._warned:
+            return
+        self._warned = True
+        from .context import PrecompileWarning
+
+        warnings.warn(
+            PrecompileWarning(
+                f"precompile remote {self.remote.url} failed during {what} ({error}); going on with the "
+                f"local store only (retrying after {self.retry_after:.0f} s); what cannot be loaded compiles"
+            ),
+            stacklevel=4,
+        )
+
+    # -- reads ---------------------------------------------------------------
+    def get_ref(self, name: str) -> str | None:
+        def fetch() -> str | None:
+            digest = self.remote.get_ref(name)
+            if digest is None:
+                return None
+            pull_closure(self.local, self.remote, digest)
+            # Only now, with everything it reaches on disk, does the local
+            # store learn the ref.
+            self.local.set_ref(name, digest)
+            return digest
+
+        digest = self._guard(f"a read of {name!r}", fetch, None)
+        self.remote.counters["hits" if digest is not None else "misses"] += 1
+        return digest
+
+    def _fetch(self, digests: Sequence[str]) -> bool:
+        missing = [d for d in dict.fromkeys(digests) if not self.local.contains(d)]
+        if not missing:
+            return True
+
+        def fetch() -> bool:
+            for data in self.remote.get_blobs(missing).values():
+                self.local.put(data)
+            return True
+
+        return self._guard("an object read", fetch, False)
+
+    def contains(self, digest: str) -> bool:
+        return self._fetch([digest])
+
+    def get(self, digest: str) -> Any:
+        if not self._fetch([digest]):
+            raise MissingObjectError(f"object {digest} is not on the remote")
+        return self.local.get(digest)
+
+    def get_many(self, digests: list[str]) -> list[Any]:
+        if not self._fetch(digests):
+            raise MissingObjectError("objects are missing from the remote")
+        return list(self.local.get_many(digests))
+
+    def get_manifest(self, digest: str) -> tuple[list[str], dict[str, Any]]:
+        if not self._fetch([digest]):
+            raise MissingObjectError(f"manifest {digest} is not on the remote")
+        children, meta = self.local.get_manifest(digest)
+        return list(children), dict(meta)
+
+    def refs(self, prefix: str = "") -> list[str]:
+        return self._guard("a ref listing", lambda: self.remote.refs(prefix), [])
+
+    # -- writes --------------------------------------------------------------
+    def push(self, names: Sequence[str]) -> SyncReport | None:
+        """Upload refs `names` from the local store; None when the remote is out of use."""
+        if not names:
+            return SyncReport()
+        return self._guard("a push", lambda: push(self.local, self.remote, names), None)

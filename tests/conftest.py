@@ -1,0 +1,56 @@
+"""Shared fixtures: real redis-server instances for the remote tests."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+_NO_REDIS = "redis-server is not on PATH (apt-get install redis-server); the remote tests need a real server"
+
+
+@pytest.fixture(scope="session")
+def redis_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[[], object]]:
+    """Starts private redis-servers on demand; all are stopped at the end of the session."""
+    if shutil.which("redis-server") is None:
+        pytest.skip(_NO_REDIS)
+    from redis_servers import RedisServer
+
+    started: list[RedisServer] = []
+
+    def start() -> RedisServer:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def _shared_redis(redis_factory: Callable[[], object]) -> object:
+    return redis_factory()
+
+
+@pytest.fixture
+def redis_server(_shared_redis: object) -> object:
+    """The session's shared server, emptied for this test."""
+    _shared_redis.client().flushall()  # type: ignore[attr-defined]
+    return _shared_redis
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A 3-node Redis Cluster on loopback ports."""
+    if shutil.which("redis-server") is None or shutil.which("redis-cli") is None:
+        pytest.skip(_NO_REDIS)
+    from redis_servers import RedisCluster
+
+    cluster = RedisCluster(Path(tmp_path_factory.mktemp("cluster")))
+    yield cluster
+    cluster.close()
