@@ -48,7 +48,14 @@ def compiler_runs(log: Path) -> list[str]:
     return runs
 
 
-def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_scenario(
+    name: str,
+    mode: str,
+    store: Path,
+    work: Path,
+    extra_env: dict[str, str] | None = None,
+    program: Path = SCENARIO,
+) -> dict[str, Any]:
     """Run one side in a fresh process with its own Inductor and Triton caches."""
     side = work / mode
     side.mkdir(parents=True, exist_ok=True)
@@ -65,7 +72,7 @@ def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[
     env.update(extra_env or {})
     out = side / "result.json"
     proc = subprocess.run(
-        [sys.executable, str(SCENARIO), name, mode, str(store), str(out)],
+        [sys.executable, str(program), name, mode, str(store), str(out)],
         env=env,
         capture_output=True,
         text=True,

@@ -292,3 +292,91 @@ class _GuardEvaluation:
 
 
 guard_evaluation = _GuardEvaluation()
+
+
+# -- restoring stored entries and explaining misses --------------------------
+def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function `torch.compile` wraps, under its decorators."""
+    from torch._dynamo.eval_frame import innermost_fn as _innermost
+
+    return _innermost(fn)
+
+
+def load_guards_state(guards_state: bytes) -> Any:
+    """Unpickle one guarded code's guard state, as `CompilePackage.install` does."""
+    return dynamo_package.load_guards_state(guards_state)
+
+
+def recompiles_log() -> logging.Logger:
+    """torch's `recompiles` artifact logger: `TORCH_LOGS=recompiles` shows it."""
+    return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+
+
+class _StoredCodeWatch:
+    """Tells a listener when Dynamo compiles a frame the store installed code for.
+
+    `CompilePackage.install` builds one guard manager per stored guarded code
+    (through `package.load_guard_manager`); Dynamo compiles a frame (through
+    `convert_frame._compile`) only when none of them accepted it. Wrapping the
+    two lets the listener evaluate the stored guards on the frame that missed
+    and say which one failed, with torch's own verbose guard text.
+    """
+
+    def __init__(self) -> None:
+        self._originals: dict[str, Any] = {}
+        self._managers: dict[Any, list[Any]] = {}
+        self.on_compile: Callable[[Any, dict[str, Any], list[Any]], None] | None = None
+
+    def start(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
+        import torch._dynamo.convert_frame as convert_frame
+
+        self.on_compile = on_compile
+        if self._originals:
+            return
+        load_guard_manager = dynamo_package.load_guard_manager
+        compile_frame = convert_frame._compile
+        self._originals = {"load_guard_manager": load_guard_manager, "_compile": compile_frame}
+        watch = self
+
+        @functools.wraps(load_guard_manager)
+        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
+            manager = load_guard_manager(guards_state, target_code, *args, **kwargs)
+            watch._managers.setdefault(target_code, []).append(manager)
+            return manager
+
+        @functools.wraps(compile_frame)
+        def _compile(code: Any, globals: Any, locals: Any, *args: Any, **kwargs: Any) -> Any:
+            managers = watch._managers.get(code)
+            if managers and watch.on_compile is not None:
+                try:
+                    watch.on_compile(code, locals, managers)
+                except Exception:  # explaining must never break a compile
+                    log.debug("explaining a stored-code compile failed", exc_info=True)
+            return compile_frame(code, globals, locals, *args, **kwargs)
+
+        dynamo_package.load_guard_manager = _load_guard_manager
+        convert_frame._compile = _compile
+
+    def stop(self) -> None:
+        import torch._dynamo.convert_frame as convert_frame
+
+        if not self._originals:
+            return
+        dynamo_package.load_guard_manager = self._originals["load_guard_manager"]
+        convert_frame._compile = self._originals["_compile"]
+        self._originals = {}
+        self.on_compile = None
+
+    def forget(self, code: Any) -> None:
+        self._managers.pop(code, None)
+
+
+stored_code_watch = _StoredCodeWatch()
+
+
+def guard_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
+    """The guards of `manager` that `f_locals` fails, in torch's verbose words."""
+    result = manager.check_verbose(f_locals)
+    if result.result:
+        return []
+    return [str(p) for p in result.verbose_code_parts]

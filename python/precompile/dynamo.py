@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import _torch_compat as tc
+from . import explain, restore
 from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
@@ -114,9 +115,19 @@ class StoreDynamoCache(tc.DynamoStore):
             return self._load_failed(key, e)
         if digest is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
             return None
         try:
             entry = fetch_entry(self.store, digest)
+        except Exception as e:
+            return self._load_failed(key, e)
+        # Checked before torch sees it: an entry that does not restore here
+        # is a miss with its reason, never an error in the user's call.
+        restored = restore.prepare(fn, key, entry)
+        if restored is None:
+            return None
+        entry = restored
+        try:
             for backend in entry.backends.values():
                 tc.PrecompileContext.record_artifact(backend)
         except Exception as e:
@@ -130,12 +141,10 @@ class StoreDynamoCache(tc.DynamoStore):
     def _load_failed(self, key: str, error: BaseException) -> None:
         tc.counters["dynamo_cache"]["dynamo_cache_error"] += 1
         log.debug("precompile entry %s failed to load", key, exc_info=True)
-        warnings.warn(
-            PrecompileWarning(
-                f"precompile entry {key[:16]} could not be loaded ({type(error).__name__}: "
-                f"{error}); compiling instead"
-            ),
-            stacklevel=3,
+        explain.miss(
+            "load_error",
+            key,
+            f"entry {key[:16]} could not be loaded ({type(error).__name__}: {error}); compiling instead",
         )
         return None
 
@@ -205,6 +214,7 @@ def install(
             torch._dynamo.config.caching_precompile = True
         tc.kernel_capture.start()
         tc.guard_evaluation.start()
+        explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
@@ -224,6 +234,7 @@ def uninstall() -> None:
         torch._dynamo.config.caching_precompile = _active.was_enabled
         tc.kernel_capture.stop()
         tc.guard_evaluation.stop()
+        explain.end()
         _active = None
 
 

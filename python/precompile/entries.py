@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import kernels, pickling
+from . import kernels, module_aliases, pickling
 from ._torch_compat import (
     TORCH_VERSION,
     BundledAOTAutogradCacheArtifact,
@@ -108,6 +108,7 @@ def put_entry(
 ) -> str:
     """Store `entry` under `key`; returns the entry manifest digest."""
     memo = SaveMemo() if memo is None else memo
+    entry = module_aliases.carry(entry)
     dynamo = put_pickled(store, entry.dynamo)
     backends = {bid: put_backend(store, art, memo.backends) for bid, art in sorted(entry.backends.items())}
     isa: list[list[str]] = []
