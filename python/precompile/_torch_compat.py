@@ -328,7 +328,7 @@ class _StoredCodeWatch:
         self.on_compile: Callable[[Any, dict[str, Any], list[Any]], None] | None = None
 
     def start(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
-        import torch._dynamo.convert_frame as convert_frame
+        from torch._dynamo import convert_frame
 
         self.on_compile = on_compile
         if self._originals:
@@ -358,7 +358,7 @@ class _StoredCodeWatch:
         convert_frame._compile = _compile
 
     def stop(self) -> None:
-        import torch._dynamo.convert_frame as convert_frame
+        from torch._dynamo import convert_frame
 
         if not self._originals:
             return
@@ -380,3 +380,18 @@ def guard_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
     if result.result:
         return []
     return [str(p) for p in result.verbose_code_parts]
+
+
+def changed_sources(dynamo_entry: Any) -> list[str]:
+    """The inlined source ranges of `dynamo_entry` that differ here.
+
+    The check `CompilePackage.initialize` makes (and raises on), made first.
+    """
+    import importlib
+
+    changed = []
+    for src in dynamo_entry.source_info.inlined_sources:
+        module = importlib.import_module(src.module)
+        if dynamo_package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
+            changed.append(f"{src.module} lines {src.firstlineno}-{src.lastlineno}")
+    return sorted(changed)

@@ -112,7 +112,7 @@ class StoreDynamoCache(tc.DynamoStore):
         try:
             digest = self.store.get_ref(ref_name(key))
         except Exception as e:  # an unreadable ref is an error, not a miss
-            return self._load_failed(key, e)
+            return self._load_failed(key, e, fn)
         if digest is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
@@ -120,7 +120,7 @@ class StoreDynamoCache(tc.DynamoStore):
         try:
             entry = fetch_entry(self.store, digest)
         except Exception as e:
-            return self._load_failed(key, e)
+            return self._load_failed(key, e, fn)
         # Checked before torch sees it: an entry that does not restore here
         # is a miss with its reason, never an error in the user's call.
         restored = restore.prepare(fn, key, entry)
@@ -131,20 +131,21 @@ class StoreDynamoCache(tc.DynamoStore):
             for backend in entry.backends.values():
                 tc.PrecompileContext.record_artifact(backend)
         except Exception as e:
-            return self._load_failed(key, e)
+            return self._load_failed(key, e, fn)
         tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
         with contextlib.suppress(Exception):
             # Recency feeds size-capped eviction; a read-only store skips it.
             self.writable.touch_ref(ref_name(key))
         return entry
 
-    def _load_failed(self, key: str, error: BaseException) -> None:
+    def _load_failed(self, key: str, error: BaseException, fn: Callable[..., Any] | None = None) -> None:
         tc.counters["dynamo_cache"]["dynamo_cache_error"] += 1
         log.debug("precompile entry %s failed to load", key, exc_info=True)
         explain.miss(
             "load_error",
             key,
             f"entry {key[:16]} could not be loaded ({type(error).__name__}: {error}); compiling instead",
+            fn=fn,
         )
         return None
 

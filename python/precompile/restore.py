@@ -30,7 +30,13 @@ from typing import Any
 from . import _torch_compat as tc
 from . import explain, module_aliases
 
-__all__ = ["RestoreError", "check", "install_package", "prepare", "with_defining_module"]
+__all__ = [
+    "RestoreError",
+    "check",
+    "install_package",
+    "prepare",
+    "with_defining_module",
+]
 
 
 class RestoreError(Exception):
@@ -41,7 +47,9 @@ class RestoreError(Exception):
         self.reason = reason
 
 
-def with_defining_module(fn: Callable[..., Any], entry: tc.PrecompileCacheEntry) -> tc.PrecompileCacheEntry:
+def with_defining_module(
+    fn: Callable[..., Any], entry: tc.PrecompileCacheEntry
+) -> tc.PrecompileCacheEntry:
     """`entry` with its main code filed under the module `fn`'s code runs in.
 
     Returns `entry` itself when the recorded module is already that one (or
@@ -64,16 +72,30 @@ def with_defining_module(fn: Callable[..., Any], entry: tc.PrecompileCacheEntry)
 def check(entry: tc.PrecompileCacheEntry) -> None:
     """Raise `RestoreError` unless install() can restore every part of `entry`."""
     name = entry.dynamo.fn_name
+    try:
+        changed = tc.changed_sources(entry.dynamo)
+    except Exception as e:
+        raise RestoreError(
+            "module_missing", f"{name}: a source it inlined does not import here ({e})"
+        ) from e
+    if changed:
+        raise RestoreError(
+            "source_changed",
+            f"{name}: source changed since it was compiled: {', '.join(changed[:3])}",
+        )
     for code in entry.dynamo.codes:
         try:
             importlib.import_module(code.python_module)
         except Exception as e:
             raise RestoreError(
-                "module_missing", f"{name}: module {code.python_module!r} does not import here ({e})"
+                "module_missing",
+                f"{name}: module {code.python_module!r} does not import here ({e})",
             ) from e
         if code.bypassed:
             continue
-        unbound = module_aliases.unresolved(code, sys.modules[code.python_module].__dict__)
+        unbound = module_aliases.unresolved(
+            code, sys.modules[code.python_module].__dict__
+        )
         if unbound:
             raise RestoreError(
                 "unresolved_global",
@@ -81,7 +103,9 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
             )
         for bid in code.backend_ids:
             if bid not in entry.backends:
-                raise RestoreError("missing_backend", f"{name}: backend {bid} is not in the entry")
+                raise RestoreError(
+                    "missing_backend", f"{name}: backend {bid} is not in the entry"
+                )
         for i, guarded in enumerate(code.guarded_codes):
             try:
                 tc.load_guards_state(guarded.guards_state)
@@ -93,7 +117,9 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
                 ) from e
 
 
-def prepare(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) -> tc.PrecompileCacheEntry | None:
+def prepare(
+    fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry
+) -> tc.PrecompileCacheEntry | None:
     """`entry` ready for torch to install for `fn`, or None (a miss, with its reason)."""
     entry = with_defining_module(fn, entry)
     try:
@@ -105,7 +131,9 @@ def prepare(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) ->
     return entry
 
 
-def install_package(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) -> tc.CompilePackage | None:
+def install_package(
+    fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry
+) -> tc.CompilePackage | None:
     """Check, then install `entry` for `fn`; a miss (None) with its reason if it does not restore."""
     prepared = prepare(fn, key, entry)
     if prepared is None:
@@ -113,7 +141,12 @@ def install_package(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheE
     try:
         package = tc.CompilePackage(fn, prepared.dynamo)
         package.install(prepared.backends)
-    except Exception as e:  # torch's version and source checks, or install itself
-        explain.miss("install_failed", key, f"{entry.dynamo.fn_name}: {type(e).__name__}: {e}", fn=fn)
+    except Exception as e:  # noqa: BLE001 - torch's version and source checks, or install itself
+        explain.miss(
+            "install_failed",
+            key,
+            f"{entry.dynamo.fn_name}: {type(e).__name__}: {e}",
+            fn=fn,
+        )
         return None
     return package

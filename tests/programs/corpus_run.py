@@ -14,12 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import precompile
 import torch
 
-import precompile
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benches"))
-import corpus  # noqa: E402
+import corpus
 
 
 def _snapshot() -> dict[str, dict[str, int]]:
@@ -56,7 +55,11 @@ def main() -> None:
     report = None
     if mode == "compile":
         r = precompile.save()
-        report = {"entries": r.entries, "backends": r.backends, "missing_backends": r.missing_backends}
+        report = {
+            "entries": r.entries,
+            "backends": r.backends,
+            "missing_backends": r.missing_backends,
+        }
     torch.save(outputs, out_path + ".pt")
     with open(out_path, "w") as f:
         json.dump({"counters": _snapshot(), "models": per_model, "report": report}, f)
