@@ -395,3 +395,75 @@ def changed_sources(dynamo_entry: Any) -> list[str]:
         if dynamo_package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
             changed.append(f"{src.module} lines {src.firstlineno}-{src.lastlineno}")
     return sorted(changed)
+
+
+class _SourcePickling:
+    """Guard sources that pickle into something their class can rebuild.
+
+    Some torch releases (2.11) give every guard `Source` dataclass a
+    `__reduce__` that passes all fields to the constructor, `init=False`
+    ones included (`DefaultsSource.field`, `_name`): the guard state saves,
+    then fails to unpickle (`TypeError: DefaultsSource.__init__() takes from
+    3 to 4 positional arguments but 6 were given`), so the stored code of any
+    model with such a guard (transformers' BertModel) can never load. While
+    installed, such classes reduce to their `init` fields only; their
+    `__post_init__` derives the rest, so the rebuilt source is equal. Found
+    by a round trip, not a version check; classes that pickle correctly are
+    left alone.
+    """
+
+    def __init__(self) -> None:
+        self._patched: dict[type, Any] = {}
+
+    @staticmethod
+    def _broken(cls: type) -> bool:
+        import dataclasses
+
+        if not dataclasses.is_dataclass(cls) or "__reduce__" not in cls.__dict__:
+            return False
+        fields = dataclasses.fields(cls)
+        init = [f for f in fields if f.init]
+        if len(init) == len(fields):
+            return False
+        # Ask the class's own reduce how many arguments it would pass, on a
+        # bare instance (reduce only reads the fields).
+        probe = object.__new__(cls)
+        for f in fields:
+            object.__setattr__(probe, f.name, None)
+        try:
+            args = cls.__dict__["__reduce__"](probe)[1]
+        except Exception:  # noqa: BLE001 - a reduce we cannot probe is left alone
+            return False
+        return len(args) != len(init)
+
+    def start(self) -> None:
+        import dataclasses
+
+        from torch._guards import Source
+
+        if self._patched:
+            return
+        pending = list(Source.__subclasses__())
+        seen: set[type] = set()
+        while pending:
+            cls = pending.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            pending.extend(cls.__subclasses__())
+            if not self._broken(cls):
+                continue
+
+            def __reduce__(self: Any) -> tuple[Any, ...]:
+                return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init))
+
+            self._patched[cls] = cls.__dict__["__reduce__"]
+            cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        for cls, original in self._patched.items():
+            cls.__reduce__ = original  # type: ignore[method-assign]
+        self._patched = {}
+
+
+source_pickling = _SourcePickling()

@@ -215,6 +215,7 @@ def install(
             torch._dynamo.config.caching_precompile = True
         tc.kernel_capture.start()
         tc.guard_evaluation.start()
+        tc.source_pickling.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
@@ -235,6 +236,7 @@ def uninstall() -> None:
         torch._dynamo.config.caching_precompile = _active.was_enabled
         tc.kernel_capture.stop()
         tc.guard_evaluation.stop()
+        tc.source_pickling.stop()
         explain.end()
         _active = None
 
