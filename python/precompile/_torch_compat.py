@@ -416,22 +416,22 @@ class _SourcePickling:
         self._patched: dict[type, Any] = {}
 
     @staticmethod
-    def _broken(cls: type) -> bool:
+    def _broken(kind: type) -> bool:
         import dataclasses
 
-        if not dataclasses.is_dataclass(cls) or "__reduce__" not in cls.__dict__:
+        if not dataclasses.is_dataclass(kind) or "__reduce__" not in kind.__dict__:
             return False
-        fields = dataclasses.fields(cls)
+        fields = dataclasses.fields(kind)
         init = [f for f in fields if f.init]
         if len(init) == len(fields):
             return False
         # Ask the class's own reduce how many arguments it would pass, on a
         # bare instance (reduce only reads the fields).
-        probe = object.__new__(cls)
+        probe = object.__new__(kind)
         for f in fields:
             object.__setattr__(probe, f.name, None)
         try:
-            args = cls.__dict__["__reduce__"](probe)[1]
+            args = kind.__dict__["__reduce__"](probe)[1]
         except Exception:  # noqa: BLE001 - a reduce we cannot probe is left alone
             return False
         return len(args) != len(init)

@@ -16,7 +16,8 @@ The first miss of a stored entry in a process also raises one
 Reasons: `not_stored` (no entry under the function's key, as on a first run),
 `load_error` (the entry is unreadable: corrupt or missing objects, another
 torch), `source_changed` (a function it traced was edited since),
-`module_missing`, `missing_backend`, `unresolved_global` (its generated code
+`bypassed` (torch saved the code without compiled variants), `module_missing`,
+`missing_backend`, `unresolved_global` (its generated code
 names a global nothing binds), `guards_unreadable` (the guard state does not
 unpickle under this torch), `install_failed`, and `guard_failed` (the code
 was installed, but its guards rejected the call, so Dynamo compiled).
@@ -141,10 +142,11 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
     for code in entry.dynamo.codes:
         if code.bypassed:
             miss(
-                "missing_backend",
+                "bypassed",
                 key,
-                f"{entry.dynamo.fn_name}: a code was stored without its "
-                "compiled graph (its backend was never recorded); it compiles again",
+                f"{entry.dynamo.fn_name}: a code was stored without compiled variants "
+                "(at save, torch bypassed it: a guard it cannot serialize, such as "
+                "CLASS_MATCH on a class, or a backend never recorded); it compiles again",
                 fn=fn,
             )
 

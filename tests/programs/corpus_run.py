@@ -10,6 +10,7 @@ counter deltas, so a failure names the model that recompiled.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +38,16 @@ def _delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
     return out
 
 
+def _log_lines() -> int:
+    # The parent's compiler spy log (PRECOMPILE_TEST_COMPILER_LOG), so each
+    # model's compiler calls can be told apart.
+    path = os.environ.get("PRECOMPILE_TEST_COMPILER_LOG")
+    if not path or not os.path.exists(path):
+        return 0
+    with open(path) as f:
+        return sum(1 for _ in f)
+
+
 def main() -> None:
     names, mode, store, out_path = sys.argv[1:5]
     precompile.install(store, save_on_exit=False)
@@ -44,9 +55,11 @@ def main() -> None:
     per_model: dict[str, dict] = {}
     for name in names.split(","):
         before = _snapshot()
+        first_line = _log_lines()
         start = time.perf_counter()
         result = corpus.run(name)
         per_model[name] = {
+            "compiler_log_lines": [first_line, _log_lines()],
             "seconds": time.perf_counter() - start,
             "outputs": [len(outputs), len(outputs) + len(result)],
             "counters": _delta(before, _snapshot()),
