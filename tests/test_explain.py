@@ -43,6 +43,7 @@ def scenario(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     # The entry was compiled in a script run as `__main__`: its guards name
     # `__main__.MLP` and its sources are checked against `__main__`.
     monkeypatch.setitem(sys.modules, "__main__", module)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
     counters.clear()
     yield module
     PrecompileContext.clear()
@@ -76,9 +77,9 @@ def _guarded(entry, **changes):
     return _broken(entry, guarded_codes=guarded)
 
 
-def _edited(entry):
+def _sources(entry, **changes):
     info = entry.dynamo.source_info
-    sources = {dataclasses.replace(s, checksum="0" * 64) for s in info.inlined_sources}
+    sources = {dataclasses.replace(s, **changes) for s in info.inlined_sources}
     dynamo = dataclasses.replace(
         entry.dynamo, source_info=dataclasses.replace(info, inlined_sources=sources)
     )
@@ -86,11 +87,11 @@ def _edited(entry):
 
 
 BREAKS = {
-    "source_changed": _edited,
+    "source_changed": lambda e: _sources(e, checksum="0" * 64),
     "guards_unreadable": lambda e: _guarded(
         e, guards_state=b"\x80\x04not a guard state"
     ),
-    "module_missing": lambda e: _broken(e, python_module="precompile_no_such_module"),
+    "module_missing": lambda e: _sources(e, module="precompile_no_such_module"),
     "missing_backend": lambda e: type(e)(dynamo=e.dynamo, backends={}),
     "unresolved_global": lambda e: _guarded(
         e,

@@ -467,3 +467,50 @@ class _SourcePickling:
 
 
 source_pickling = _SourcePickling()
+
+
+class _UnboundGlobalNames:
+    """Fresh global names that skip the names a loaded entry bound.
+
+    `install()` binds a stored code's globals (`__builtins_dict___0`, ...)
+    under the names the saving process drew from Dynamo's per-process
+    counter. Where `OutputGraph.install_global` draws a name without looking
+    at the scope (torch 2.11), a frame compiled after a load (a new shape, a
+    guard failure) draws the same name and fails an assertion. While
+    installed, a drawn name that is already bound is drawn again; torch
+    releases that already skip bound names (`unique_id_unbound_in`) are left
+    alone.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+
+    def start(self) -> None:
+        import torch._dynamo.bytecode_transformation as bt
+        from torch._dynamo.output_graph import OutputGraph
+
+        if self._original is not None or hasattr(bt, "unique_id_unbound_in"):
+            return
+        original = OutputGraph.__dict__["install_global"]
+        self._original = original
+
+        @functools.wraps(original)
+        def install_global(self: Any, prefix: str, value: Any) -> str:
+            name = bt.unique_id(prefix)
+            while name in self.global_scope:
+                name = bt.unique_id(prefix)
+            self.install_global_unsafe(name, value)
+            return name
+
+        OutputGraph.install_global = install_global  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        from torch._dynamo.output_graph import OutputGraph
+
+        if self._original is None:
+            return
+        OutputGraph.install_global = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+unbound_global_names = _UnboundGlobalNames()

@@ -216,6 +216,7 @@ def install(
         tc.kernel_capture.start()
         tc.guard_evaluation.start()
         tc.source_pickling.start()
+        tc.unbound_global_names.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
@@ -237,6 +238,7 @@ def uninstall() -> None:
         tc.kernel_capture.stop()
         tc.guard_evaluation.stop()
         tc.source_pickling.stop()
+        tc.unbound_global_names.stop()
         explain.end()
         _active = None
 
