@@ -20,7 +20,8 @@ from warm_start import run_scenario
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 import corpus
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+# The first test waits for the shared cold and warm processes.
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(2400)]
 
 PROGRAM = Path(__file__).parent / "programs" / "corpus_run.py"
 
@@ -37,7 +38,7 @@ def corpus_round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, d
         log = work / mode / "compiler.log"  # where run_scenario's spy writes
         env = {"PRECOMPILE_TEST_COMPILER_LOG": str(log)}
         side = run_scenario(
-            ",".join(names), mode, store, work, extra_env=env, program=PROGRAM
+            ",".join(names), mode, store, work, extra_env=env, program=PROGRAM, timeout=1800
         )
         side["compiler_log"] = log.read_text().splitlines() if log.exists() else []
         sides.append(side)

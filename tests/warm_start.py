@@ -55,6 +55,7 @@ def run_scenario(
     work: Path,
     extra_env: dict[str, str] | None = None,
     program: Path = SCENARIO,
+    timeout: float = 900,
 ) -> dict[str, Any]:
     """Run one side in a fresh process with its own Inductor and Triton caches."""
     side = work / mode
@@ -76,7 +77,7 @@ def run_scenario(
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     if proc.returncode != 0:
         raise AssertionError(f"{mode} side of {name} failed:\n{proc.stderr[-6000:]}")
