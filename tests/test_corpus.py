@@ -38,7 +38,13 @@ def corpus_round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, d
         log = work / mode / "compiler.log"  # where run_scenario's spy writes
         env = {"PRECOMPILE_TEST_COMPILER_LOG": str(log)}
         side = run_scenario(
-            ",".join(names), mode, store, work, extra_env=env, program=PROGRAM, timeout=1800
+            ",".join(names),
+            mode,
+            store,
+            work,
+            extra_env=env,
+            program=PROGRAM,
+            timeout=1800,
         )
         side["compiler_log"] = log.read_text().splitlines() if log.exists() else []
         sides.append(side)
