@@ -1,6 +1,12 @@
 """Warm start: torch's DiskDynamoCache against precompile, in one run.
 
     python benches/warm_start.py [--device cpu|cuda] [--models mlp,transformer,breaks] [--repeat 3]
+    python benches/warm_start.py --models resnet18,gpt2,bert --no-shared   # corpus models
+
+`--models` takes the built-in `mlp`, `transformer` and `breaks` and the names of
+benches/corpus.py (torchvision and transformers models, each compiled and run
+as a user would: several input shapes, or one training step). For those the
+clock covers building the model, `torch.compile` and every call.
 
 For each model and each store, in fresh processes, it times `torch.compile`
 plus the first call, in-process (the cache lookup happens inside
@@ -49,6 +55,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     sys.path.insert(0, str(HERE))
+    import corpus
     import models
 
     torch._dynamo.config.caching_precompile = True
@@ -87,6 +94,12 @@ def child(args: argparse.Namespace) -> None:
             torch.compile(getattr(mod, f"block_{i}"))(x, w1, w2)
         if args.device == "cuda":
             torch.cuda.synchronize()
+    elif args.model in corpus.MODELS:
+        reason = corpus.missing_reason(args.model)  # imports the model's library
+        if reason is not None:
+            raise SystemExit(reason)
+        start = time.perf_counter()
+        corpus.run(args.model)
     else:
         if args.model == "breaks":
             sys.path.insert(0, args.work)
@@ -122,26 +135,52 @@ def child(args: argparse.Namespace) -> None:
         out["entry_overhead_ms"] = statistics.median(samples) * 1e3
     from torch._dynamo.utils import counters
 
-    out["counters"] = {k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor", "aot_autograd")}
+    out["counters"] = {k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor", "aot_autograd", "precompile")}
     Path(args.out).write_text(json.dumps(out))
 
 
 # --------------------------------------------------------------- parent side
+_COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
+
+
+def _compiler_spy(bin_dir: Path, log: Path) -> None:
+    """Wrappers for the C/C++ compilers in `bin_dir` that log each call."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name in _COMPILERS:
+        real = shutil.which(name)
+        if real is not None and not (bin_dir / name).exists():
+            (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
+            (bin_dir / name).chmod(0o755)
+
+
+def _compiler_runs(log: Path) -> int:
+    # Version queries (`g++ -v`, `--version`) fingerprint cache keys; they compile nothing.
+    if not log.exists():
+        return 0
+    return sum(1 for line in log.read_text().splitlines() if line.split()[1:] not in (["-v"], ["--version"]))
+
+
 def run_child(store: str, phase: str, model: str, device: str, work: Path, inductor: Path, store_dir: Path) -> dict:
     out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
     env = dict(os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
     env["TRITON_CACHE_DIR"] = str(inductor / "triton")
+    _compiler_spy(work / "bin", work / "compiler.log")
+    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("CXX", None)
     cmd = [
         sys.executable, __file__, "child", "--store", store, "--phase", phase, "--model", model,
         "--device", device, "--work", str(work), "--store-dir", str(store_dir), "--out", str(out),
     ]
+    (work / "compiler.log").unlink(missing_ok=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         print(f"  {store}/{model}/{phase} crashed: {last}", file=sys.stderr)
         return {"crashed": last}
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    result["compiler_runs"] = _compiler_runs(work / "compiler.log")
+    return result
 
 
 def _median(runs: list[dict], key: str) -> float | None:
@@ -175,7 +214,16 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dic
         "overhead_ms": _median(warm, "entry_overhead_ms"),
         "fresh_store_load_s": _median(fresh, "store_load_s"),
         "fresh_counters": fresh[-1].get("counters", {}),
+        "fresh_compiler_runs": fresh[-1].get("compiler_runs"),
+        "fresh_graphs_compiled": _graphs_compiled(fresh[-1].get("counters", {})),
+        "cold_graphs_compiled": _graphs_compiled(cold.get("counters", {})),
     }
+
+
+def _graphs_compiled(counters: dict) -> int:
+    """Graphs traced and compiled: FX-graph plus AOTAutograd cache misses."""
+    inductor, aot = counters.get("inductor", {}), counters.get("aot_autograd", {})
+    return int(inductor.get("fxgraph_cache_miss", 0)) + int(aot.get("autograd_cache_miss", 0))
 
 
 def main() -> None:
@@ -188,6 +236,7 @@ def main() -> None:
     ap.add_argument("--models", default="mlp,transformer")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--no-shared", action="store_true", help="skip the K=8 shared-kernel case")
     args = ap.parse_args()
     if args.cmd == "child":
         child(args)
@@ -195,7 +244,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="precompile-warm-"))
     results: dict = {}
     try:
-        for model in [*args.models.split(","), "shared"]:
+        for model in _models(args):
             for store in ("torch", "precompile"):
                 repeat = args.repeat if model != "shared" else 1
                 results[(model, store)] = measure(store, model, args.device, root, repeat)
@@ -207,31 +256,35 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({f"{m}/{s}": v for (m, s), v in results.items()}, indent=1))
 
 
+def _models(args: argparse.Namespace) -> list[str]:
+    return [*args.models.split(","), *([] if args.no_shared else ["shared"])]
+
+
 def print_table(results: dict, args: argparse.Namespace) -> None:
     print(f"\nwarm start, device={args.device}, median of {args.repeat} fresh processes (first call, in-process)")
-    print(f"{'model':<12}{'metric':<22}{'torch':>12}{'precompile':>12}{'torch/ours':>12}")
+    print(f"{'model':<20}{'metric':<22}{'torch':>12}{'precompile':>12}{'torch/ours':>12}")
     rows = [
         ("cold compile s", "cold"),
         ("warm (all caches) s", "warm"),
         ("fresh machine s", "fresh"),
         ("bytes on disk", "bytes"),
     ]
-    for model in [m for m in args.models.split(",")] + ["shared"]:
+
+    def cell(v: object, fmt: str) -> str:
+        return fmt.format(v) if v is not None else f"{'crash':>12}"
+
+    for model in _models(args):
         t, p = results[(model, "torch")], results[(model, "precompile")]
         label = model if model != "shared" else "K=8 shared"
         for title, key in rows:
             fmt = "{:>12.0f}" if key == "bytes" else "{:>12.3f}"
-            cells = [fmt.format(v) if v is not None else f"{'crash':>12}" for v in (t[key], p[key])]
-            if t[key] is not None and p[key]:
-                ratio = f"{t[key] / p[key]:>11.1f}x"
-            else:
-                ratio = f"{'-':>12}"
-            print(f"{label:<12}{title:<22}" + "".join(cells) + ratio)
-        for title, key in (("  of which store s", "fresh_store_load_s"), ("store overhead ms", "overhead_ms")):
-            if model == "shared" and key == "overhead_ms":
-                continue
-            v = p[key]
-            print(f"{label:<12}{title:<22}{'':>12}" + (f"{v:>12.3f}" if v is not None else f"{'crash':>12}"))
+            ratio = f"{t[key] / p[key]:>11.1f}x" if t[key] is not None and p[key] else f"{'-':>12}"
+            print(f"{label:<20}{title:<22}" + cell(t[key], fmt) + cell(p[key], fmt) + ratio)
+        print(f"{label:<20}{'  of which store s':<22}{'':>12}" + cell(p["fresh_store_load_s"], "{:>12.3f}"))
+        for title, key in (("fresh graphs compiled", "fresh_graphs_compiled"), ("fresh compiler runs", "fresh_compiler_runs")):
+            print(f"{label:<20}{title:<22}" + cell(t[key], "{:>12}") + cell(p[key], "{:>12}"))
+        if model != "shared":
+            print(f"{label:<20}{'store overhead ms':<22}{'':>12}" + cell(p["overhead_ms"], "{:>12.3f}"))
     print()
 
 

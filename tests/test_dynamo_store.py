@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,9 @@ def test_load_counts_hits_and_misses(compiled_store: tuple[Path, dict], tmp_path
     store, _ = compiled_store
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     scenario = _scenario_module()
+    # The entry was compiled in a script run as `__main__`; loading checks
+    # its sources against that module.
+    monkeypatch.setitem(sys.modules, "__main__", scenario)
     counters.clear()
     with precompile.installed(store, save_on_exit=False) as cache:
         assert cache.load(scenario.MLP.forward) is not None

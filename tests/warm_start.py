@@ -48,7 +48,15 @@ def compiler_runs(log: Path) -> list[str]:
     return runs
 
 
-def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+def run_scenario(
+    name: str,
+    mode: str,
+    store: Path,
+    work: Path,
+    extra_env: dict[str, str] | None = None,
+    program: Path = SCENARIO,
+    timeout: float = 900,
+) -> dict[str, Any]:
     """Run one side in a fresh process with its own Inductor and Triton caches."""
     side = work / mode
     side.mkdir(parents=True, exist_ok=True)
@@ -65,11 +73,11 @@ def run_scenario(name: str, mode: str, store: Path, work: Path, extra_env: dict[
     env.update(extra_env or {})
     out = side / "result.json"
     proc = subprocess.run(
-        [sys.executable, str(SCENARIO), name, mode, str(store), str(out)],
+        [sys.executable, str(program), name, mode, str(store), str(out)],
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
     )
     if proc.returncode != 0:
         raise AssertionError(f"{mode} side of {name} failed:\n{proc.stderr[-6000:]}")

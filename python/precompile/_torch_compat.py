@@ -531,25 +531,15 @@ class InstallFailed(RuntimeError):
     """A loaded entry could not be installed; torch compiles the function."""
 
 
-# unique_id() names end in its counter ("__builtins_dict___3"); compiled
-# functions carry it after their prefix ("__compiled_fn_12_<uuid>").
-_UNIQUE_SUFFIX = re.compile(r"_(\d+)(?:_[0-9a-f]{8}_[0-9a-f_]+)?$")
-
-
 class _InstallHardening:
     """Makes installing a loaded entry all-or-nothing.
 
-    `CompilePackage.install` puts compiled functions and builtins dicts into
-    module globals under names from the saving process's `unique_id`
-    counter, then restores guards. Two things go wrong in the loading
-    process. A later compile there numbers its globals from zero and can
-    take a name an installed entry already holds: Dynamo's `CleanupHook`
-    then asserts, inside the user's call. And an entry whose guards cannot
-    be rebuilt here raises whatever the guard unpickler raises, which
-    Dynamo only catches as RuntimeError. While installed, a failed install
-    is undone completely and raised as RuntimeError (Dynamo then compiles
-    the function as if nothing was stored), and a successful one moves the
-    counter past every name it installed.
+    An entry whose guards cannot be rebuilt here makes
+    `CompilePackage.install` raise whatever the guard unpickler raises,
+    part-way through, and Dynamo only catches RuntimeError. While installed,
+    a failed install is undone completely (globals, guarded entries, the
+    package's state) and raised as RuntimeError: Dynamo then compiles the
+    function as if nothing was stored.
     """
 
     def __init__(self) -> None:
@@ -565,8 +555,6 @@ class _InstallHardening:
 
         @functools.wraps(original)
         def install(package: Any, backends: Any) -> None:
-            scopes = _entry_scopes(package)
-            before = {id(s): set(s) for s in scopes}
             try:
                 original(package, backends)
             except Exception as e:
@@ -574,10 +562,6 @@ class _InstallHardening:
                 if hardening.on_failure is not None:
                     hardening.on_failure(package, e)
                 raise InstallFailed(f"{type(e).__name__}: {e}") from e
-            finally:
-                _advance_unique_ids(
-                    name for s in scopes for name in set(s) - before[id(s)]
-                )
 
         CompilePackage.install = install  # type: ignore[method-assign]
 
@@ -589,15 +573,6 @@ class _InstallHardening:
 
 
 install_hardening = _InstallHardening()
-
-
-def _entry_scopes(package: Any) -> list[dict[str, Any]]:
-    scopes: dict[int, dict[str, Any]] = {}
-    for entry in getattr(package, "_codes", {}).values():
-        module = sys.modules.get(getattr(entry, "python_module", ""))
-        if module is not None:
-            scopes[id(module.__dict__)] = module.__dict__
-    return list(scopes.values())
 
 
 def _undo_install(package: Any) -> None:
@@ -628,20 +603,223 @@ def _undo_install(package: Any) -> None:
         log.debug("resetting a failed package", exc_info=True)
 
 
-def _advance_unique_ids(names: Any) -> None:
-    import torch._dynamo.bytecode_transformation as bt
+# -- restoring stored entries and explaining misses --------------------------
+def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function `torch.compile` wraps, under its decorators."""
+    from torch._dynamo.eval_frame import innermost_fn as _innermost
 
-    counter = getattr(bt, "_unique_id_counter", None)
-    if counter is None:
-        return
-    highest = -1
-    for name in names:
-        m = _UNIQUE_SUFFIX.search(name)
-        if m is not None:
-            highest = max(highest, int(m.group(1)))
-    if highest < 0:
-        return
-    # itertools.count cannot be read without advancing it: take the next
-    # value and continue from whichever is larger.
-    nxt = next(counter)
-    bt._unique_id_counter = itertools.count(max(nxt, highest + 1))
+    return _innermost(fn)
+
+
+def load_guards_state(guards_state: bytes) -> Any:
+    """Unpickle one guarded code's guard state, as `CompilePackage.install` does."""
+    return dynamo_package.load_guards_state(guards_state)
+
+
+def recompiles_log() -> logging.Logger:
+    """torch's `recompiles` artifact logger: `TORCH_LOGS=recompiles` shows it."""
+    return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+
+
+class _StoredCodeWatch:
+    """Tells a listener when Dynamo compiles a frame the store installed code for.
+
+    `CompilePackage.install` builds one guard manager per stored guarded code
+    (through `package.load_guard_manager`); Dynamo compiles a frame (through
+    `convert_frame._compile`) only when none of them accepted it. Wrapping the
+    two lets the listener evaluate the stored guards on the frame that missed
+    and say which one failed, with torch's own verbose guard text.
+    """
+
+    def __init__(self) -> None:
+        self._originals: dict[str, Any] = {}
+        self._managers: dict[Any, list[Any]] = {}
+        self.on_compile: Callable[[Any, dict[str, Any], list[Any]], None] | None = None
+
+    def start(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
+        from torch._dynamo import convert_frame
+
+        self.on_compile = on_compile
+        if self._originals:
+            return
+        load_guard_manager = dynamo_package.load_guard_manager
+        compile_frame = convert_frame._compile
+        self._originals = {"load_guard_manager": load_guard_manager, "_compile": compile_frame}
+        watch = self
+
+        @functools.wraps(load_guard_manager)
+        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
+            manager = load_guard_manager(guards_state, target_code, *args, **kwargs)
+            watch._managers.setdefault(target_code, []).append(manager)
+            return manager
+
+        @functools.wraps(compile_frame)
+        def _compile(code: Any, globals: Any, locals: Any, *args: Any, **kwargs: Any) -> Any:
+            managers = watch._managers.get(code)
+            if managers and watch.on_compile is not None:
+                try:
+                    watch.on_compile(code, locals, managers)
+                except Exception:  # explaining must never break a compile
+                    log.debug("explaining a stored-code compile failed", exc_info=True)
+            return compile_frame(code, globals, locals, *args, **kwargs)
+
+        dynamo_package.load_guard_manager = _load_guard_manager
+        convert_frame._compile = _compile
+
+    def stop(self) -> None:
+        from torch._dynamo import convert_frame
+
+        if not self._originals:
+            return
+        dynamo_package.load_guard_manager = self._originals["load_guard_manager"]
+        convert_frame._compile = self._originals["_compile"]
+        self._originals = {}
+        self.on_compile = None
+
+    def forget(self, code: Any) -> None:
+        self._managers.pop(code, None)
+
+
+stored_code_watch = _StoredCodeWatch()
+
+
+def guard_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
+    """The guards of `manager` that `f_locals` fails, in torch's verbose words."""
+    result = manager.check_verbose(f_locals)
+    if result.result:
+        return []
+    return [str(p) for p in result.verbose_code_parts]
+
+
+def changed_sources(dynamo_entry: Any) -> list[str]:
+    """The inlined source ranges of `dynamo_entry` that differ here.
+
+    The check `CompilePackage.initialize` makes (and raises on), made first.
+    """
+    import importlib
+
+    changed = []
+    for src in dynamo_entry.source_info.inlined_sources:
+        module = importlib.import_module(src.module)
+        if dynamo_package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
+            changed.append(f"{src.module} lines {src.firstlineno}-{src.lastlineno}")
+    return sorted(changed)
+
+
+class _SourcePickling:
+    """Guard sources that pickle into something their class can rebuild.
+
+    Some torch releases (2.11) give every guard `Source` dataclass a
+    `__reduce__` that passes all fields to the constructor, `init=False`
+    ones included (`DefaultsSource.field`, `_name`): the guard state saves,
+    then fails to unpickle (`TypeError: DefaultsSource.__init__() takes from
+    3 to 4 positional arguments but 6 were given`), so the stored code of any
+    model with such a guard (transformers' BertModel) can never load. While
+    installed, such classes reduce to their `init` fields only; their
+    `__post_init__` derives the rest, so the rebuilt source is equal. Found
+    by a round trip, not a version check; classes that pickle correctly are
+    left alone.
+    """
+
+    def __init__(self) -> None:
+        self._patched: dict[type, Any] = {}
+
+    @staticmethod
+    def _broken(kind: type) -> bool:
+        import dataclasses
+
+        if not dataclasses.is_dataclass(kind) or "__reduce__" not in kind.__dict__:
+            return False
+        fields = dataclasses.fields(kind)
+        init = [f for f in fields if f.init]
+        if len(init) == len(fields):
+            return False
+        # Ask the class's own reduce how many arguments it would pass, on a
+        # bare instance (reduce only reads the fields).
+        probe = object.__new__(kind)
+        for f in fields:
+            object.__setattr__(probe, f.name, None)
+        try:
+            args = kind.__dict__["__reduce__"](probe)[1]
+        except Exception:  # noqa: BLE001 - a reduce we cannot probe is left alone
+            return False
+        return len(args) != len(init)
+
+    def start(self) -> None:
+        import dataclasses
+
+        from torch._guards import Source
+
+        if self._patched:
+            return
+        pending = list(Source.__subclasses__())
+        seen: set[type] = set()
+        while pending:
+            cls = pending.pop()
+            if cls in seen:
+                continue
+            seen.add(cls)
+            pending.extend(cls.__subclasses__())
+            if not self._broken(cls):
+                continue
+
+            def __reduce__(self: Any) -> tuple[Any, ...]:
+                return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init))
+
+            self._patched[cls] = cls.__dict__["__reduce__"]
+            cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        for cls, original in self._patched.items():
+            cls.__reduce__ = original  # type: ignore[method-assign]
+        self._patched = {}
+
+
+source_pickling = _SourcePickling()
+
+
+class _UnboundGlobalNames:
+    """Fresh global names that skip the names a loaded entry bound.
+
+    `install()` binds a stored code's globals (`__builtins_dict___0`, ...)
+    under the names the saving process drew from Dynamo's per-process
+    counter. Where `OutputGraph.install_global` draws a name without looking
+    at the scope (torch 2.11), a frame compiled after a load (a new shape, a
+    guard failure) draws the same name and fails an assertion. While
+    installed, a drawn name that is already bound is drawn again; torch
+    releases that already skip bound names (`unique_id_unbound_in`) are left
+    alone.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+
+    def start(self) -> None:
+        import torch._dynamo.bytecode_transformation as bt
+        from torch._dynamo.output_graph import OutputGraph
+
+        if self._original is not None or hasattr(bt, "unique_id_unbound_in"):
+            return
+        original = OutputGraph.__dict__["install_global"]
+        self._original = original
+
+        @functools.wraps(original)
+        def install_global(self: Any, prefix: str, value: Any) -> str:
+            name = bt.unique_id(prefix)
+            while name in self.global_scope:
+                name = bt.unique_id(prefix)
+            self.install_global_unsafe(name, value)
+            return name
+
+        OutputGraph.install_global = install_global  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        from torch._dynamo.output_graph import OutputGraph
+
+        if self._original is None:
+            return
+        OutputGraph.install_global = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+unbound_global_names = _UnboundGlobalNames()

@@ -2,8 +2,8 @@
 
     precompile [--store PATH] COMMAND [--json] ...
 
-COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen, push,
-pull (see `_cli_remote`; stats and gc also take `--remote URL`); `--store`
+COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen, explain,
+push, pull (see `_cli_remote`; stats and gc also take `--remote URL`); `--store`
 may also name a bundle file for the read-only commands. The read commands
 take `--json` and then print one JSON document on stdout. Progress bars go
 to stderr and only appear on a terminal.
@@ -340,6 +340,21 @@ def cmd_demo(args: argparse.Namespace, src: Source) -> int:
     return run(str(src.path), out.print)
 
 
+def cmd_explain(args: argparse.Namespace, src: Source) -> int:
+    from .miss_log import LOG_NAME, read_records, summary_lines
+
+    try:
+        records = read_records(str(src.path), all_runs=args.all)
+    except FileNotFoundError:
+        raise UsageError(f"no run has recorded loads or misses in {src.path} ({LOG_NAME})") from None
+    if args.json:
+        _emit_json(records)
+        return 0
+    for line in summary_lines(records):
+        out.print(escape(line), soft_wrap=True)
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="precompile", description="Inspect, check, trim and move precompile stores and bundles."
@@ -386,6 +401,9 @@ def _parser() -> argparse.ArgumentParser:
     command("du", cmd_du, "disk usage per ref: what deleting each would free")
     _remote_commands().add_commands(
         lambda name, func, text: command(name, lambda a, s: func(a, s, out, err), text))
+    command("explain", cmd_explain, "why the last run compiled: the store's loads and misses, "
+            "with the failed guards").add_argument(
+        "--all", action="store_true", help="every run the record file keeps, not only the last")
     sub.add_parser(
         "demo", help="compile a model into the store, then warm-start it in a fresh process",
         description="compile a model into the store, then warm-start it in a fresh process "

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import _torch_compat as tc
+from . import explain, restore
 from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
@@ -119,31 +120,40 @@ class StoreDynamoCache(tc.DynamoStore):
         try:
             digest = self.store.get_ref(ref_name(key))
         except Exception as e:  # an unreadable ref is an error, not a miss
-            return self._load_failed(key, e)
+            return self._load_failed(key, e, fn)
         if digest is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
             return None
         try:
             entry = fetch_entry(self.store, digest)
+        except Exception as e:
+            return self._load_failed(key, e, fn)
+        # Checked before torch sees it: an entry that does not restore here
+        # is a miss with its reason, never an error in the user's call.
+        restored = restore.prepare(fn, key, entry)
+        if restored is None:
+            return None
+        entry = restored
+        try:
             for backend in entry.backends.values():
                 tc.PrecompileContext.record_artifact(backend)
         except Exception as e:
-            return self._load_failed(key, e)
+            return self._load_failed(key, e, fn)
         tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
         with contextlib.suppress(Exception):
             # Recency feeds size-capped eviction; a read-only store skips it.
             self.writable.touch_ref(ref_name(key))
         return entry
 
-    def _load_failed(self, key: str, error: BaseException) -> None:
+    def _load_failed(self, key: str, error: BaseException, fn: Callable[..., Any] | None = None) -> None:
         tc.counters["dynamo_cache"]["dynamo_cache_error"] += 1
         log.debug("precompile entry %s failed to load", key, exc_info=True)
-        warnings.warn(
-            PrecompileWarning(
-                f"precompile entry {key[:16]} could not be loaded ({type(error).__name__}: "
-                f"{error}); compiling instead"
-            ),
-            stacklevel=3,
+        explain.miss(
+            "load_error",
+            key,
+            f"entry {key[:16]} could not be loaded ({type(error).__name__}: {error}); compiling instead",
+            fn=fn,
         )
         return None
 
@@ -254,6 +264,9 @@ def install(
         tc.backend_capture.start()
         tc.install_hardening.on_failure = _install_failed
         tc.install_hardening.start()
+        tc.source_pickling.start()
+        tc.unbound_global_names.start()
+        explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
@@ -275,6 +288,9 @@ def uninstall() -> None:
         tc.guard_evaluation.stop()
         tc.backend_capture.stop()
         tc.install_hardening.stop()
+        tc.source_pickling.stop()
+        tc.unbound_global_names.stop()
+        explain.end()
         _active = None
 
 

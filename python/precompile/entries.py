@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import kernels
+from . import kernels, module_aliases
 from ._torch_compat import (
     TORCH_VERSION,
     TRITON_VERSION,
@@ -106,6 +106,7 @@ def put_entry(
 ) -> str:
     """Store `entry` under `key`; returns the entry manifest digest."""
     memo = SaveMemo() if memo is None else memo
+    entry = module_aliases.carry(entry)
     dynamo = put_pickled(store, entry.dynamo)
     backends = {
         str(bid): put_backend(store, art, memo.backends)

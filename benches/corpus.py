@@ -1,0 +1,162 @@
+"""Small real models from torchvision and transformers, as a user compiles them.
+
+Random weights from tiny configs (no model hub), CPU-sized. Each corpus entry
+builds its model, compiles it with plain `torch.compile` and runs the calls a
+user would: inference over two or more input shapes, or one training step.
+`run(name)` returns the outputs, which must be identical across processes.
+
+Shared by the warm-start tests (tests/programs/corpus_run.py) and
+benches/warm_start.py (`--models resnet18,gpt2,...`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+__all__ = ["MODELS", "available", "missing_reason", "run"]
+
+
+def _vision(name: str) -> torch.nn.Module:
+    import torchvision.models as tvm
+
+    return getattr(tvm, name)(weights=None).eval()
+
+
+def _infer(model: torch.nn.Module, inputs: list[dict]) -> list[torch.Tensor]:
+    fn = torch.compile(model)
+    outs = []
+    with torch.no_grad():
+        for kwargs in inputs:
+            out = fn(**kwargs)
+            outs.append(_first_tensor(out))
+    return outs
+
+
+def _first_tensor(out: object) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict) or hasattr(out, "to_tuple"):
+        out = out.to_tuple() if hasattr(out, "to_tuple") else tuple(out.values())
+    return next(o for o in out if isinstance(o, torch.Tensor))  # type: ignore[union-attr]
+
+
+def resnet18() -> list[torch.Tensor]:
+    return _infer(_vision("resnet18"), [{"x": torch.randn(1, 3, 64, 64)}])
+
+
+def mobilenet_v3_small() -> list[torch.Tensor]:
+    # Two batch sizes: the second call makes Dynamo recompile with a dynamic
+    # batch dimension, an entry with two guarded codes.
+    model = _vision("mobilenet_v3_small")
+    return _infer(model, [{"x": torch.randn(b, 3, 64, 64)} for b in (1, 2)])
+
+
+def _ids(vocab: int, batch: int, length: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, length))
+
+
+def gpt2() -> list[torch.Tensor]:
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64, vocab_size=512)
+    model = GPT2Model(config).eval()
+    return _infer(model, [{"input_ids": _ids(512, 1, n)} for n in (8, 12)])
+
+
+def bert() -> list[torch.Tensor]:
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        num_hidden_layers=2,
+        hidden_size=128,
+        num_attention_heads=4,
+        intermediate_size=256,
+        vocab_size=512,
+        max_position_embeddings=64,
+    )
+    model = BertModel(config).eval()
+    return _infer(model, [{"input_ids": _ids(512, 2, 16)}])
+
+
+def t5() -> list[torch.Tensor]:
+    from transformers import T5Config, T5Model
+
+    config = T5Config(
+        num_layers=2,
+        num_decoder_layers=2,
+        d_model=64,
+        d_kv=16,
+        d_ff=128,
+        num_heads=4,
+        vocab_size=512,
+        decoder_start_token_id=0,
+    )
+    model = T5Model(config).eval()
+    return _infer(
+        model, [{"input_ids": _ids(512, 1, 10), "decoder_input_ids": _ids(512, 1, 6)}]
+    )
+
+
+def gpt2_train() -> list[torch.Tensor]:
+    """One training step: compiled forward and backward, eager optimizer step.
+
+    The loss is taken outside the model: with `labels=`, transformers calls
+    `self.loss_function`, a property whose code torch's package cannot name
+    (PackageError under caching_precompile, with or without precompile).
+    """
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # Dropout off: the step must compute the same thing in both processes.
+    config = GPT2Config(
+        n_layer=1,
+        n_embd=64,
+        n_head=2,
+        n_positions=32,
+        vocab_size=256,
+        attn_pdrop=0.0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+    )
+    model = GPT2LMHeadModel(config).train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    fn = torch.compile(model)
+    ids = _ids(256, 2, 8)
+    logits = fn(input_ids=ids).logits
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1)
+    )
+    loss.backward()
+    opt.step()
+    return [loss.detach(), model.transformer.wte.weight.detach().clone()]
+
+
+MODELS: dict[str, tuple[str, Callable[[], list[torch.Tensor]]]] = {
+    "resnet18": ("torchvision", resnet18),
+    "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
+    "gpt2": ("transformers", gpt2),
+    "bert": ("transformers", bert),
+    "t5": ("transformers", t5),
+    "gpt2_train": ("transformers", gpt2_train),
+}
+
+
+def missing_reason(name: str) -> str | None:
+    """Why corpus model `name` cannot run here (its library is missing), or None."""
+    library = MODELS[name][0]
+    try:
+        __import__(library)
+    except ImportError as e:
+        return f"{name} needs {library} ({e})"
+    return None
+
+
+def available() -> list[str]:
+    return [name for name in MODELS if missing_reason(name) is None]
+
+
+def run(name: str) -> list[torch.Tensor]:
+    """Build, compile and run corpus model `name` with fixed seeds."""
+    torch.manual_seed(0)
+    return [t.detach().clone() for t in MODELS[name][1]()]

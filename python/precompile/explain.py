@@ -1,0 +1,177 @@
+"""Why a warm start compiled: misses and loads, where a user can see them.
+
+Every event also goes three ways:
+
+- counters: `counters["precompile"]` gets `frames_loaded` (compiled variants
+  installed from the store), `frames_recompiled` (frames Dynamo compiled
+  although the store had installed code for them) and `miss_<reason>`;
+- logging: the `precompile` logger at INFO, and torch's `recompiles` log
+  (`TORCH_LOGS=recompiles`) for every miss of a stored entry;
+- a record file, `<store>/log/last-run.jsonl` (see `miss_log`), that
+  `precompile explain` prints.
+
+The first miss of a stored entry in a process also raises one
+`PrecompileWarning` that names it and points at the rest.
+
+Reasons: `not_stored` (no entry under the function's key, as on a first run),
+`load_error` (the entry is unreadable: corrupt or missing objects, another
+torch), `source_changed` (a function it traced was edited since),
+`bypassed` (torch saved the code without compiled variants), `module_missing`,
+`missing_backend`, `unresolved_global` (its generated code
+names a global nothing binds), `guards_unreadable` (the guard state does not
+unpickle under this torch), `install_failed`, and `guard_failed` (the code
+was installed, but its guards rejected the call, so Dynamo compiled).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from . import _torch_compat as tc
+from .context import PrecompileWarning
+from .miss_log import MissLog
+
+__all__ = ["begin", "end", "loaded", "miss"]
+
+log = logging.getLogger("precompile")
+
+_MAX_TEXT = 400  # per guard or detail string
+_MAX_GUARDS = 8  # failed guards kept per compiled variant
+# Reasons that mean "nothing was stored", not "what was stored went unused".
+_QUIET = frozenset({"not_stored"})
+
+
+_run = MissLog()
+_warned = threading.Lock()
+_warned_once: list[bool] = []
+
+
+def begin(store_path: Any) -> None:
+    """Start recording this process's events under `store_path` (None: no file).
+
+    Each installation gets its one warning: a process installs once.
+    """
+    _run.begin(store_path, tc.TORCH_VERSION)
+    with _warned:
+        _warned_once.clear()
+    tc.stored_code_watch.start(_on_stored_code_compile)
+
+
+def end() -> None:
+    tc.stored_code_watch.stop()
+    _run.end()
+
+
+def _frame(fn: Callable[..., Any] | None) -> dict[str, Any]:
+    if fn is None:
+        return {}
+    try:
+        target = tc.innermost_fn(fn)
+        code = target.__code__
+    except (AttributeError, TypeError):
+        return {}
+    # The qualified name survives functools.wraps; the code's name may be
+    # a decorator's `wrapper`.
+    name = getattr(target, "__qualname__", code.co_name)
+    if name != code.co_name:
+        name = f"{name} ({code.co_name})"
+    return {"frame": name, "file": f"{code.co_filename}:{code.co_firstlineno}"}
+
+
+def _write(record: dict[str, Any]) -> None:
+    _run.write(record)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+
+
+def miss(
+    reason: str,
+    key: str,
+    detail: str,
+    *,
+    fn: Callable[..., Any] | None = None,
+    guards: list[str] | None = None,
+    frame: dict[str, Any] | None = None,
+) -> None:
+    """Record that the store did not serve `key` for `reason`."""
+    tc.counters["precompile"][f"miss_{reason}"] += 1
+    record: dict[str, Any] = {
+        "event": "miss",
+        "reason": reason,
+        "key": key,
+        **(frame if frame is not None else _frame(fn)),
+        "detail": _short(detail),
+    }
+    if guards:
+        record["guards"] = [_short(g) for g in guards[:_MAX_GUARDS]]
+    _write(record)
+    text = f"precompile miss ({reason}) for {record.get('frame', key[:16])}: {detail}"
+    if reason in _QUIET:
+        log.info(text)
+        return
+    log.info(text)
+    tc.recompiles_log().debug(text)
+    with _warned:
+        first = not _warned_once
+        _warned_once.append(True)
+    if first:
+        store = _run.store_path()
+        where = f" --store {store}" if store else ""
+        warnings.warn(
+            PrecompileWarning(
+                f"{text}. Later misses in this process are only logged: see "
+                f"`precompile explain{where}`, or run with TORCH_LOGS=recompiles"
+            ),
+            stacklevel=4,
+        )
+
+
+def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> None:
+    """Record that `entry` was installed for `key`."""
+    variants = sum(len(c.guarded_codes) for c in entry.dynamo.codes if not c.bypassed)
+    tc.counters["precompile"]["frames_loaded"] += variants
+    tc.counters["precompile"]["entries_loaded"] += 1
+    _write({"event": "loaded", "key": key, **_frame(fn), "variants": variants})
+    log.info("precompile loaded %d compiled variant(s) for %s", variants, key[:16])
+    for code in entry.dynamo.codes:
+        if code.bypassed:
+            miss(
+                "bypassed",
+                key,
+                f"{entry.dynamo.fn_name}: a code was stored without compiled variants "
+                "(at save, torch bypassed it: a guard it cannot serialize, such as "
+                "CLASS_MATCH on a class, or a backend never recorded); it compiles again",
+                fn=fn,
+            )
+
+
+def _on_stored_code_compile(
+    code: Any, f_locals: dict[str, Any], managers: list[Any]
+) -> None:
+    # Dynamo is compiling a frame the store installed code for: every stored
+    # variant's guards rejected this call. Say which, on these very locals.
+    tc.counters["precompile"]["frames_recompiled"] += 1
+    failed: list[str] = []
+    for i, manager in enumerate(managers):
+        for part in tc.guard_failures(manager, f_locals)[:2]:
+            failed.append(f"variant {i}: {part}")
+    where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
+    detail = f"{where}: stored guards rejected the call" + (
+        f" ({failed[0]})" if failed else ""
+    )
+    miss(
+        "guard_failed",
+        "",
+        detail,
+        guards=failed,
+        frame={
+            "frame": code.co_name,
+            "file": f"{code.co_filename}:{code.co_firstlineno}",
+        },
+    )

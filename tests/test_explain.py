@@ -1,0 +1,199 @@
+"""A miss says why: each reason reaches the counters, the record file and `precompile explain`.
+
+The entries are real: one compiled in a subprocess, read back from the store,
+and (for the reasons a healthy store cannot produce on this torch) copied
+with the one part broken that the reason is about.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import precompile
+import pytest
+from precompile import cli
+from precompile.miss_log import read_records
+from warm_start import SCENARIO, counter, run_scenario
+
+torch = pytest.importorskip("torch")
+from precompile import restore
+from torch._dynamo.precompile_context import PrecompileContext
+from torch._dynamo.utils import counters
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def compiled_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("explained")
+    a = run_scenario("inference", "compile", work / "store", work)
+    return work / "store", a
+
+
+@pytest.fixture
+def scenario(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    spec = importlib.util.spec_from_file_location("scenario_explained", SCENARIO)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    # The entry was compiled in a script run as `__main__`: its guards name
+    # `__main__.MLP` and its sources are checked against `__main__`.
+    monkeypatch.setitem(sys.modules, "__main__", module)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    counters.clear()
+    yield module
+    PrecompileContext.clear()
+    torch._dynamo.reset()
+
+
+def _explain(store: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    capsys.readouterr()
+    assert cli.main(["--store", str(store), "explain"]) == 0
+    return capsys.readouterr().out
+
+
+def _copy(store: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    return copy
+
+
+def _broken(entry, **changes):
+    """A copy of `entry` whose main code has `changes` (torch's object untouched)."""
+    main = dataclasses.replace(entry.dynamo.codes[0], **changes)
+    dynamo = dataclasses.replace(entry.dynamo, codes=[main, *entry.dynamo.codes[1:]])
+    return type(entry)(dynamo=dynamo, backends=entry.backends)
+
+
+def _guarded(entry, **changes):
+    code = entry.dynamo.codes[0]
+    guarded = [dataclasses.replace(g, **changes) for g in code.guarded_codes]
+    return _broken(entry, guarded_codes=guarded)
+
+
+def _sources(entry, **changes):
+    info = entry.dynamo.source_info
+    sources = {dataclasses.replace(s, **changes) for s in info.inlined_sources}
+    dynamo = dataclasses.replace(
+        entry.dynamo, source_info=dataclasses.replace(info, inlined_sources=sources)
+    )
+    return type(entry)(dynamo=dynamo, backends=entry.backends)
+
+
+BREAKS = {
+    "source_changed": lambda e: _sources(e, checksum="0" * 64),
+    "guards_unreadable": lambda e: _guarded(
+        e, guards_state=b"\x80\x04not a guard state"
+    ),
+    "module_missing": lambda e: _sources(e, module="precompile_no_such_module"),
+    "missing_backend": lambda e: type(e)(dynamo=e.dynamo, backends={}),
+    "unresolved_global": lambda e: _guarded(
+        e,
+        dynamo_code=dataclasses.replace(
+            e.dynamo.codes[0].guarded_codes[0].dynamo_code,
+            co_names=(
+                *e.dynamo.codes[0].guarded_codes[0].dynamo_code.co_names,
+                "___module_gone_1_c0",
+            ),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BREAKS))
+def test_an_entry_that_does_not_restore_is_a_named_miss(
+    reason: str, compiled_store, scenario, tmp_path: Path, capsys
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    (key,) = compiled_store[1]["report"]["entries"]
+    with precompile.installed(store, save_on_exit=False) as cache:
+        entry = cache.read(key)
+        assert restore.prepare(scenario.MLP.forward, key, entry) is not None
+        with pytest.warns(precompile.PrecompileWarning, match=reason):
+            assert (
+                restore.prepare(scenario.MLP.forward, key, BREAKS[reason](entry))
+                is None
+            )
+    assert counters["precompile"][f"miss_{reason}"] == 1
+    (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    assert miss["reason"] == reason and miss["key"] == key
+    assert "MLP.forward" in miss["detail"]
+    text = _explain(store, capsys)
+    assert f"MISS    {reason}: MLP.forward" in text
+
+
+def test_a_corrupt_entry_is_a_named_miss(
+    compiled_store, scenario, tmp_path: Path, capsys
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    s = precompile.Store(str(store))
+    (digest,) = compiled_store[1]["report"]["entries"].values()
+    _, meta = s.get_manifest(digest)
+    victim = Path(s.object_path(meta["dynamo"]["record"]))
+    victim.chmod(0o644)
+    victim.write_bytes(victim.read_bytes()[:-7])
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="load_error"),
+    ):
+        assert cache.load(scenario.MLP.forward) is None
+    assert counters["precompile"]["miss_load_error"] == 1
+    assert "MISS    load_error: MLP.forward" in _explain(store, capsys)
+
+
+def test_a_function_never_stored_is_logged_without_a_warning(
+    compiled_store, scenario, tmp_path: Path, capsys
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    with precompile.installed(store, save_on_exit=False) as cache:
+        assert cache.load(scenario._scale) is None  # filterwarnings=error: no warning
+    assert counters["precompile"]["miss_not_stored"] == 1
+    assert "MISS    not_stored: _scale" in _explain(store, capsys)
+
+
+def test_rejected_guards_are_named_with_their_values(
+    compiled_store, scenario, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    torch._dynamo.reset()
+    with precompile.installed(store, save_on_exit=False):
+        fn = torch.compile(scenario.MLP())
+        with (
+            torch.no_grad(),
+            pytest.warns(precompile.PrecompileWarning, match="guard_failed"),
+        ):
+            fn(torch.randn(7, 16))  # stored for a batch of 4
+    assert counters["precompile"]["frames_loaded"] == 1
+    assert counters["precompile"]["frames_recompiled"] == 1
+    records = read_records(str(store))
+    assert [r["event"] for r in records] == ["run", "loaded", "miss"]
+    miss = records[-1]
+    assert miss["reason"] == "guard_failed"
+    assert any("expected 4, actual 7" in g for g in miss["guards"]), miss["guards"]
+    text = _explain(store, capsys)
+    assert "MISS    guard_failed: forward" in text and "expected 4, actual 7" in text
+    capsys.readouterr()
+    assert cli.main(["--store", str(store), "explain", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)[-1]["reason"] == "guard_failed"
+
+
+def test_a_fresh_process_that_loads_everything_records_no_miss(
+    compiled_store, tmp_path: Path, capsys
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    b = run_scenario("inference", "load", store, tmp_path)
+    assert counter(b, "precompile", "frames_loaded") == 1
+    assert not [k for k in b["counters"].get("precompile", {}) if k.startswith("miss_")]
+    assert "PrecompileWarning" not in b["stderr"]
+    assert "misses: none" in _explain(store, capsys)
+
+
+def test_explain_without_records_is_a_usage_error(tmp_path: Path) -> None:
+    precompile.Store(str(tmp_path / "empty"), create=True)
+    assert cli.main(["--store", str(tmp_path / "empty"), "explain"]) == 2
