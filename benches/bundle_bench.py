@@ -130,8 +130,9 @@ def memory_of(pid: int) -> tuple[int, int]:
 def pss_of(mode: str, path: Path, procs: int) -> tuple[int, int]:
     """Total (Pss, Rss) of `procs` live processes that each hold `path`'s content."""
     children = [
-        subprocess.Popen([sys.executable, "-c", CHILD, mode, str(path)], stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, mode, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         for _ in range(procs)
     ]
     try:
@@ -207,27 +208,51 @@ def main() -> None:
     file_bytes = probe.stats()["bytes"]
     median_ms, p99_ms = statistics.median(serve) * 1e3, serve[int(len(serve) * 0.99)] * 1e3
     rows = [
-        (f"bulk load + verify, {blob_bytes / GiB:.2f} GiB in {blobs} blobs, {len(refs)} entries "
-         "(open, walk, prefetch, parallel verify)", gbps(blob_bytes, t_load),
-         f"page-cache read {gbps(file_bytes, t_read)}", f"{(blob_bytes / t_load) / (file_bytes / t_read):.2f}x", ">= 0.70x"),
-        ("full verify (`Bundle.verify`)", gbps(blob_bytes, t_verify), f"page-cache read {gbps(file_bytes, t_read)}",
-         f"{(blob_bytes / t_verify) / (file_bytes / t_read):.2f}x", ""),
-        (f"serve one entry from a mapped bundle (open + get_ref + walk + get, verified; "
-         f"median entry {statistics.median(sizes) / KiB:,.0f} KiB), median of {len(serve)}",
-         f"{median_ms:.3f} ms (p99 {p99_ms:.3f} ms)", "goal 1 ms", f"{median_ms:.2f}x of goal", "< 1 ms"),
-        ("the same from a bundle opened and verified at startup (`load_all`)",
-         f"{statistics.median(serve_hot) * 1e3:.3f} ms", "goal 1 ms",
-         f"{statistics.median(serve_hot) * 1e3:.2f}x of goal", "< 1 ms"),
-        (f"PSS of {args.procs} processes mapping one {mib(size)} bundle, all pages touched "
-         f"(beyond {mib(pss_idle)} for the bare interpreters)",
-         mib(pss_mapped - pss_idle), f"{args.procs} private unpickled copies: {mib(pss_private - pss_idle)}",
-         f"{(pss_mapped - pss_idle) / (pss_private - pss_idle):.3f}x",
-         f"RSS {mib(rss_mapped)} vs {mib(rss_private)}: RSS counts shared pages in every process"),
+        (
+            f"bulk load + verify, {blob_bytes / GiB:.2f} GiB in {blobs} blobs, {len(refs)} entries "
+            "(open, walk, prefetch, parallel verify)",
+            gbps(blob_bytes, t_load),
+            f"page-cache read {gbps(file_bytes, t_read)}",
+            f"{(blob_bytes / t_load) / (file_bytes / t_read):.2f}x",
+            ">= 0.70x",
+        ),
+        (
+            "full verify (`Bundle.verify`)",
+            gbps(blob_bytes, t_verify),
+            f"page-cache read {gbps(file_bytes, t_read)}",
+            f"{(blob_bytes / t_verify) / (file_bytes / t_read):.2f}x",
+            "",
+        ),
+        (
+            f"serve one entry from a mapped bundle (open + get_ref + walk + get, verified; "
+            f"median entry {statistics.median(sizes) / KiB:,.0f} KiB), median of {len(serve)}",
+            f"{median_ms:.3f} ms (p99 {p99_ms:.3f} ms)",
+            "goal 1 ms",
+            f"{median_ms:.2f}x of goal",
+            "< 1 ms",
+        ),
+        (
+            "the same from a bundle opened and verified at startup (`load_all`)",
+            f"{statistics.median(serve_hot) * 1e3:.3f} ms",
+            "goal 1 ms",
+            f"{statistics.median(serve_hot) * 1e3:.2f}x of goal",
+            "< 1 ms",
+        ),
+        (
+            f"PSS of {args.procs} processes mapping one {mib(size)} bundle, all pages touched "
+            f"(beyond {mib(pss_idle)} for the bare interpreters)",
+            mib(pss_mapped - pss_idle),
+            f"{args.procs} private unpickled copies: {mib(pss_private - pss_idle)}",
+            f"{(pss_mapped - pss_idle) / (pss_private - pss_idle):.3f}x",
+            f"RSS {mib(rss_mapped)} vs {mib(rss_private)}: RSS counts shared pages in every process",
+        ),
         ("export (store -> bundle)", gbps(blob_bytes, t_export), "", "", "one run"),
         ("import (bundle -> empty store, fsync per object)", gbps(blob_bytes, t_import), "", "", "one run"),
     ]
-    print(f"\nprecompile {precompile.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
-          f"{platform.machine()}; medians of {args.reps} unless noted; total {time.perf_counter() - started:.0f} s\n")
+    print(
+        f"\nprecompile {precompile.__version__}, Python {platform.python_version()}, {os.cpu_count()} CPUs, "
+        f"{platform.machine()}; medians of {args.reps} unless noted; total {time.perf_counter() - started:.0f} s\n"
+    )
     print("| measure | precompile | anchor (same run) | ratio | goal / note |")
     print("|---|---:|---:|---:|---|")
     for row in rows:

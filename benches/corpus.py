@@ -94,9 +94,7 @@ def t5() -> list[torch.Tensor]:
         decoder_start_token_id=0,
     )
     model = T5Model(config).eval()
-    return _infer(
-        model, [{"input_ids": _ids(512, 1, 10), "decoder_input_ids": _ids(512, 1, 6)}]
-    )
+    return _infer(model, [{"input_ids": _ids(512, 1, 10), "decoder_input_ids": _ids(512, 1, 6)}])
 
 
 def gpt2_train() -> list[torch.Tensor]:
@@ -124,9 +122,7 @@ def gpt2_train() -> list[torch.Tensor]:
     fn = torch.compile(model)
     ids = _ids(256, 2, 8)
     logits = fn(input_ids=ids).logits
-    loss = torch.nn.functional.cross_entropy(
-        logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1)
-    )
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
     loss.backward()
     opt.step()
     return [loss.detach(), model.transformer.wte.weight.detach().clone()]

@@ -68,9 +68,7 @@ def child(args: argparse.Namespace) -> None:
 class Host:
     """One host: a fresh process with its own dirs, sharing only the remote."""
 
-    def __init__(
-        self, root: Path, name: str, system: str, models: str, env: dict[str, str]
-    ) -> None:
+    def __init__(self, root: Path, name: str, system: str, models: str, env: dict[str, str]) -> None:
         self.dir = root / name
         (self.dir / "bin").mkdir(parents=True, exist_ok=True)
         self.log = self.dir / "compiler.log"
@@ -78,9 +76,7 @@ class Host:
             real = shutil.which(compiler)
             if real is not None:
                 spy = self.dir / "bin" / compiler
-                spy.write_text(
-                    f'#!/bin/sh\necho "$*" >> "{self.log}"\nexec "{real}" "$@"\n'
-                )
+                spy.write_text(f'#!/bin/sh\necho "$*" >> "{self.log}"\nexec "{real}" "$@"\n')
                 spy.chmod(0o755)
         self.env = {
             **os.environ,
@@ -118,9 +114,7 @@ class Host:
             raise SystemExit(f"host {self.dir.name} failed:\n{stderr[-4000:]}")
         result: dict[str, Any] = json.loads((self.dir / "out.json").read_text())
         runs = self.log.read_text().splitlines() if self.log.exists() else []
-        result["compiler_runs"] = len(
-            [r for r in runs if r.strip() not in ("--version", "-v")]
-        )
+        result["compiler_runs"] = len([r for r in runs if r.strip() not in ("--version", "-v")])
         result["total_s"] = sum(result["first_call_s"].values())
         result["warned"] = "PrecompileWarning" in stderr
         return result
@@ -196,9 +190,7 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
         before = remote_usage(remote)["bytes"]
         r = build.run("--save")
         store = Store(str(build.dir / "store"))
-        closure = local_closure(
-            store, [store.get_ref(f"dynamo/{k}") for k in r["entries"]]
-        )
+        closure = local_closure(store, [store.get_ref(f"dynamo/{k}") for k in r["entries"]])
         sizes = {d: os.path.getsize(store.object_path(d)) for d in closure}
         new = sum(n for d, n in sizes.items() if d not in seen)
         seen.update(closure)
@@ -213,18 +205,13 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
         )
         print(f"  built {name}", file=sys.stderr)
     usage = remote_usage(remote)
-    res["remote"] = {
-        k: usage[k]
-        for k in ("entries", "blobs", "bytes", "logical_bytes", "dedup_ratio")
-    }
+    res["remote"] = {k: usage[k] for k in ("entries", "blobs", "bytes", "logical_bytes", "dedup_ratio")}
 
     Host(root, "torch-build", "torch", args.models, torch_env).run()
     res["torch_remote_bytes"] = _torch_remote_bytes(port)
     print("  built torch's remote caches", file=sys.stderr)
 
-    def hosts(
-        kind: str, system: str, env: dict[str, str], n: int, together: bool
-    ) -> list[dict[str, Any]]:
+    def hosts(kind: str, system: str, env: dict[str, str], n: int, together: bool) -> list[dict[str, Any]]:
         made = [
             Host(
                 root,
@@ -247,34 +234,20 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
         return out
 
     precompile_env = {"PRECOMPILE_REMOTE": url}
-    res["precompile_seq"] = hosts(
-        "precompile", "precompile", precompile_env, args.hosts, False
-    )
-    res["precompile_par"] = hosts(
-        "precompile", "precompile", precompile_env, args.hosts, True
-    )
-    res["torch_seq"] = hosts(
-        "torch-remote", "torch", torch_env, args.baseline_hosts, False
-    )
-    res["torch_par"] = hosts(
-        "torch-remote", "torch", torch_env, args.baseline_hosts, True
-    )
+    res["precompile_seq"] = hosts("precompile", "precompile", precompile_env, args.hosts, False)
+    res["precompile_par"] = hosts("precompile", "precompile", precompile_env, args.hosts, True)
+    res["torch_seq"] = hosts("torch-remote", "torch", torch_env, args.baseline_hosts, False)
+    res["torch_par"] = hosts("torch-remote", "torch", torch_env, args.baseline_hosts, True)
     res["scratch_seq"] = hosts("scratch", "torch", {}, args.baseline_hosts, False)
     return res
 
 
 def _row(label: str, runs: list[dict[str, Any]]) -> str:
     t = [r["total_s"] for r in runs]
-    pulled = [
-        r["counters"].get("precompile_remote", {}).get("bytes_read", 0) for r in runs
-    ]
+    pulled = [r["counters"].get("precompile_remote", {}).get("bytes_read", 0) for r in runs]
     compilers = sum(r["compiler_runs"] for r in runs)
-    hits = [
-        r["counters"].get("dynamo_cache", {}).get("dynamo_cache_hit", 0) for r in runs
-    ]
-    fx_hits = [
-        r["counters"].get("inductor", {}).get("fxgraph_cache_hit", 0) for r in runs
-    ]
+    hits = [r["counters"].get("dynamo_cache", {}).get("dynamo_cache_hit", 0) for r in runs]
+    fx_hits = [r["counters"].get("inductor", {}).get("fxgraph_cache_hit", 0) for r in runs]
     return (
         f"{label:<38}{len(runs):>6}{statistics.median(t):>10.2f}{min(t):>9.2f}{max(t):>9.2f}"
         f"{statistics.median(pulled):>14,.0f}{compilers:>10}{min(hits):>8}{min(fx_hits):>9}"
@@ -284,9 +257,7 @@ def _row(label: str, runs: list[dict[str, Any]]) -> str:
 def print_table(res: dict[str, Any]) -> None:
     print(f"\nfleet warm start on CPU, models: {', '.join(res['models'])}")
     print("\nbuild host, one model at a time")
-    print(
-        f"{'model':<14}{'compile s':>10}{'entry bytes':>14}{'new bytes':>14}{'remote added':>14}"
-    )
+    print(f"{'model':<14}{'compile s':>10}{'entry bytes':>14}{'new bytes':>14}{'remote added':>14}")
     for b in res["build"]:
         print(
             f"{b['model']:<14}{b['compile_s']:>10.2f}{b['entry_bytes']:>14,}{b['new_bytes']:>14,}"
@@ -317,9 +288,7 @@ def print_table(res: dict[str, Any]) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
     c = sub.add_parser("child")
     for name in ("--system", "--models", "--store", "--out"):

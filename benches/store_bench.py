@@ -72,13 +72,13 @@ def put_throughput(root: Path, quick: bool) -> str:
         for i in range(reps):
             fresh = i.to_bytes(8, "little") + base[8:]  # content never stored before
 
-            def write_fsync() -> None:
+            def write_fsync(fresh: bytes = fresh, i: int = i) -> None:
                 with open(plain_dir / f"{size}-{i}", "wb") as f:
                     f.write(fresh)
                     f.flush()
                     os.fsync(f.fileno())
 
-            def put() -> None:
+            def put(fresh: bytes = fresh) -> None:
                 store.put(fresh)
 
             for name, op in [("plain", write_fsync), ("put", put)][:: 1 if i % 2 else -1]:
@@ -106,13 +106,29 @@ def put_throughput(root: Path, quick: bool) -> str:
         def mbs(seconds: float) -> str:
             return f"{size / seconds / 1e6:,.0f}"
 
-        rows.append([
-            size_label(size), str(reps), mbs(t["put"]), mbs(t["plain"]), f"{t['plain'] / t['put']:.2f}",
-            mbs(t["dedup"]), mbs(t["core"]), mbs(t["pkg"]), f"{t['pkg'] / t['core']:.2f}",
-        ])
+        rows.append(
+            [
+                size_label(size),
+                str(reps),
+                mbs(t["put"]),
+                mbs(t["plain"]),
+                f"{t['plain'] / t['put']:.2f}",
+                mbs(t["dedup"]),
+                mbs(t["core"]),
+                mbs(t["pkg"]),
+                f"{t['pkg'] / t['core']:.2f}",
+            ]
+        )
     header = [
-        "blob", "N", "put new MB/s", "write+fsync MB/s", "put / write",
-        "put dedup MB/s", "core hash MB/s", "blake3 pkg 1-thread MB/s", "core / pkg",
+        "blob",
+        "N",
+        "put new MB/s",
+        "write+fsync MB/s",
+        "put / write",
+        "put dedup MB/s",
+        "core hash MB/s",
+        "blake3 pkg 1-thread MB/s",
+        "core / pkg",
     ]
     return table(header, rows)
 
@@ -131,10 +147,14 @@ def get_latency(root: Path, quick: bool) -> str:
         fast = median_seconds(lambda: trusting.get(digest), 200)
         reps = 200 if size <= MiB else (10 if size <= 64 * MiB else 5)
         checked = median_seconds(lambda: verifying.get(digest), reps)
-        rows.append([
-            size_label(size), f"{fast * 1e6:,.1f}", f"{checked * 1e6:,.0f}",
-            f"{size / checked / 1e6:,.0f}",
-        ])
+        rows.append(
+            [
+                size_label(size),
+                f"{fast * 1e6:,.1f}",
+                f"{checked * 1e6:,.0f}",
+                f"{size / checked / 1e6:,.0f}",
+            ]
+        )
     header = ["blob", "get verify=False (µs)", "get verify=True (µs)", "verify=True MB/s"]
     return table(header, rows)
 
@@ -170,7 +190,9 @@ def ops_per_second(root: Path, quick: bool) -> str:
         procs = [
             subprocess.Popen(
                 [sys.executable, __file__, "--worker", str(path), str(seconds), str(seed)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             for seed in range(n)
         ]
@@ -197,16 +219,21 @@ def main() -> None:
         return
 
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")),
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
         platform.processor(),
     )
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         root = Path(tmp)
-        print(f"precompile {precompile.__version__}, blake3 package {blake3_pkg.__version__}, "
-              f"Python {platform.python_version()}, {os.cpu_count()} cores ({cpu}), store in {root}, "
-              f"load average {os.getloadavg()[0]:.2f}\n")
+        print(
+            f"precompile {precompile.__version__}, blake3 package {blake3_pkg.__version__}, "
+            f"Python {platform.python_version()}, {os.cpu_count()} cores ({cpu}), store in {root}, "
+            f"load average {os.getloadavg()[0]:.2f}\n"
+        )
         print("Put throughput (median of N; every put stores new content):\n")
         print(put_throughput(root, args.quick), "\n")
         print("Get latency (median; verify=False maps the file, verify=True also rehashes it):\n")

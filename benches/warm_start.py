@@ -135,7 +135,9 @@ def child(args: argparse.Namespace) -> None:
         out["entry_overhead_ms"] = statistics.median(samples) * 1e3
     from torch._dynamo.utils import counters
 
-    out["counters"] = {k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor", "aot_autograd", "precompile")}
+    out["counters"] = {
+        k: dict(v) for k, v in counters.items() if k in ("dynamo_cache", "inductor", "aot_autograd", "precompile")
+    }
     Path(args.out).write_text(json.dumps(out))
 
 
@@ -169,8 +171,23 @@ def run_child(store: str, phase: str, model: str, device: str, work: Path, induc
     env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("CXX", None)
     cmd = [
-        sys.executable, __file__, "child", "--store", store, "--phase", phase, "--model", model,
-        "--device", device, "--work", str(work), "--store-dir", str(store_dir), "--out", str(out),
+        sys.executable,
+        __file__,
+        "child",
+        "--store",
+        store,
+        "--phase",
+        phase,
+        "--model",
+        model,
+        "--device",
+        device,
+        "--work",
+        str(work),
+        "--store-dir",
+        str(store_dir),
+        "--out",
+        str(out),
     ]
     (work / "compiler.log").unlink(missing_ok=True)
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
@@ -281,7 +298,10 @@ def print_table(results: dict, args: argparse.Namespace) -> None:
             ratio = f"{t[key] / p[key]:>11.1f}x" if t[key] is not None and p[key] else f"{'-':>12}"
             print(f"{label:<20}{title:<22}" + cell(t[key], fmt) + cell(p[key], fmt) + ratio)
         print(f"{label:<20}{'  of which store s':<22}{'':>12}" + cell(p["fresh_store_load_s"], "{:>12.3f}"))
-        for title, key in (("fresh graphs compiled", "fresh_graphs_compiled"), ("fresh compiler runs", "fresh_compiler_runs")):
+        for title, key in (
+            ("fresh graphs compiled", "fresh_graphs_compiled"),
+            ("fresh compiler runs", "fresh_compiler_runs"),
+        ):
             print(f"{label:<20}{title:<22}" + cell(t[key], "{:>12}") + cell(p[key], "{:>12}"))
         if model != "shared":
             print(f"{label:<20}{'store overhead ms':<22}{'':>12}" + cell(p["overhead_ms"], "{:>12.3f}"))

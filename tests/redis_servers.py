@@ -79,26 +79,21 @@ class RedisServer:
     def client(self) -> redis.Redis:
         """The test's own connection to this server (closed with it)."""
         if self._client is None:
-            self._client = redis.Redis(
-                host="127.0.0.1", port=self.port, socket_timeout=5
-            )
+            self._client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
         return self._client
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 10
         while True:
             try:
-                with redis.Redis(
-                    host="127.0.0.1", port=self.port, socket_timeout=5
-                ) as probe:
+                with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5) as probe:
                     if probe.ping():
                         return
             except redis.ConnectionError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"redis-server on {self.port} did not start:\n"
-                    f"{(self.directory / 'redis.log').read_text()[-2000:]}"
+                    f"redis-server on {self.port} did not start:\n{(self.directory / 'redis.log').read_text()[-2000:]}"
                 )
             time.sleep(0.02)
 

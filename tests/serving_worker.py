@@ -14,9 +14,10 @@ import os
 import sys
 import time
 
+from synthetic import load_entry
+
 from precompile import Bundle, Store, open_bundle
 from precompile.bundle import load_all
-from synthetic import load_entry
 
 
 def main() -> None:

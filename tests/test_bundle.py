@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
+from synthetic import blob_bytes, load_entry, make_entries
 
 from precompile import (
     Bundle,
@@ -23,7 +24,6 @@ from precompile import (
 )
 from precompile.bundle import load_all
 from precompile.layers import open_layered
-from synthetic import blob_bytes, load_entry, make_entries
 
 # Header fields after magic, version, flags, page_align, min_align (see rust/bundle/format.rs).
 HEADER = struct.Struct("<8sIIII8Q")
@@ -92,14 +92,19 @@ def test_export_of_named_refs_holds_just_their_closure(tmp_path: Path) -> None:
 
 
 class _PyBuffer(ctypes.Structure):
-    _fields_ = [("buf", ctypes.c_void_p), ("obj", ctypes.c_void_p), ("len", ctypes.c_ssize_t),
-                ("rest", ctypes.c_byte * 64)]
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.c_void_p),
+        ("len", ctypes.c_ssize_t),
+        ("rest", ctypes.c_byte * 64),
+    ]
 
 
 # Private prototypes: setting argtypes on ctypes.pythonapi's shared function
 # objects would change them for every other test module too.
 _get_buffer = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)(
-    ("PyObject_GetBuffer", ctypes.pythonapi))
+    ("PyObject_GetBuffer", ctypes.pythonapi)
+)
 _release_buffer = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("PyBuffer_Release", ctypes.pythonapi))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
+
 from precompile import Store, StoreError, open_bundle
 
 HEADER_LEN = 128
@@ -53,9 +54,7 @@ def mutate(rng: random.Random, data: bytes, index_offset: int) -> bytes:
         at = spot()
         buf[at : at + 8] = struct.pack(
             "<Q",
-            rng.choice(
-                [0, 1, 2**63, 2**64 - 1, rng.randrange(2**64), len(buf), index_offset]
-            ),
+            rng.choice([0, 1, 2**63, 2**64 - 1, rng.randrange(2**64), len(buf), index_offset]),
         )
     elif kind == 2:
         del buf[rng.randrange(len(buf)) :]
@@ -63,20 +62,14 @@ def mutate(rng: random.Random, data: bytes, index_offset: int) -> bytes:
         buf += os.urandom(rng.randint(1, 5000))
     elif kind == 4:
         at = spot()
-        buf[at : at + rng.randint(1, 64)] = bytes(
-            [rng.choice([0, 0xFF])]
-        ) * rng.randint(1, 64)
+        buf[at : at + rng.randint(1, 64)] = bytes([rng.choice([0, 0xFF])]) * rng.randint(1, 64)
     elif kind == 5:
         at, length = spot(), rng.randint(1, 100)
         del buf[at : at + length]
     else:
         at = spot()
         buf[at:at] = os.urandom(rng.randint(1, 100))
-    if (
-        rng.random() < 0.5
-        and len(buf) >= HEADER_LEN + TRAILER_LEN
-        and index_offset <= len(buf) - TRAILER_LEN
-    ):
+    if rng.random() < 0.5 and len(buf) >= HEADER_LEN + TRAILER_LEN and index_offset <= len(buf) - TRAILER_LEN:
         # Re-seal: make the trailer hash match again.
         tail = bytes(buf[index_offset : len(buf) - TRAILER_LEN])
         seal = blake3(bytes(buf[:HEADER_LEN]) + tail).digest()
@@ -112,11 +105,7 @@ def test_mutants_are_refused_with_typed_errors_or_read_correctly(
     (index_offset,) = struct.unpack_from("<Q", original, 56)
     rng = random.Random(20)
     # Memory-backed when the machine has it: the fuzz tests parsers, not disks.
-    scratch = (
-        Path(tempfile.mkdtemp(dir="/dev/shm"))
-        if os.path.isdir("/dev/shm")
-        else tmp_path
-    )
+    scratch = Path(tempfile.mkdtemp(dir="/dev/shm")) if os.path.isdir("/dev/shm") else tmp_path
     path = scratch / "mutant.bundle"
     staging = scratch / "staging.bundle"
     outcomes = {"refused": 0, "opened": 0}
@@ -129,10 +118,7 @@ def test_mutants_are_refused_with_typed_errors_or_read_correctly(
         outcomes[exercise(path)] += 1
     elapsed = time.monotonic() - start
     shutil.rmtree(scratch, ignore_errors=True)
-    assert (
-        sum(outcomes.values()) == count >= 20_000
-        or "PRECOMPILE_FUZZ_MUTANTS" in os.environ
-    )
+    assert sum(outcomes.values()) == count >= 20_000 or "PRECOMPILE_FUZZ_MUTANTS" in os.environ
     assert elapsed < 60, f"{count} mutants took {elapsed:.1f} s"
     assert outcomes["refused"] > count // 2
     print(f"\n{count} mutants in {elapsed:.1f} s: {outcomes}")

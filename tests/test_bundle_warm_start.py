@@ -20,20 +20,25 @@ from typing import Any
 import pytest
 import torch
 from blake3 import blake3
+from warm_start import counter, run_scenario
 
 import precompile
 from precompile import Store, open_bundle
-from warm_start import counter, run_scenario
 
 pytestmark = pytest.mark.torch
 
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    p for p in (str(Path(precompile.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p)}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join(
+        p for p in (str(Path(precompile.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
+    ),
+}
 
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "precompile", *map(str, args)],
-                          capture_output=True, text=True, env=ENV, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "precompile", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -73,7 +78,10 @@ def test_serving_process_runs_from_a_shipped_bundle(built: tuple[Path, dict[str,
 
     serving_store = tmp_path / "serving-store"  # empty: everything must come from the bundle
     b = run_scenario(
-        "inference", "load", serving_store, tmp_path / "serve",
+        "inference",
+        "load",
+        serving_store,
+        tmp_path / "serve",
         extra_env={"PRECOMPILE_TEST_LAYERS": str(bundle)},
     )
     check_served(a, b, serving_store)
@@ -90,7 +98,10 @@ def test_signed_bundle_is_served_with_trusted_keys_and_others_refused(
 
     serving_store = tmp_path / "serving-store"
     b = run_scenario(
-        "inference", "load", serving_store, tmp_path / "serve",
+        "inference",
+        "load",
+        serving_store,
+        tmp_path / "serve",
         extra_env={"PRECOMPILE_TEST_LAYERS": str(bundle), "PRECOMPILE_TEST_TRUSTED_KEYS": public},
     )
     check_served(a, b, serving_store)
@@ -101,10 +112,15 @@ def test_signed_bundle_is_served_with_trusted_keys_and_others_refused(
     data = bytearray(bundle.read_bytes())
     index_offset, _, refs_offset, refs_len = struct.unpack_from("<4Q", data, 56)
     data[refs_offset + refs_len - 40] ^= 0x01
-    data[-40:-8] = blake3(bytes(data[:128]) + bytes(data[index_offset:refs_offset + refs_len])).digest()
+    data[-40:-8] = blake3(bytes(data[:128]) + bytes(data[index_offset : refs_offset + refs_len])).digest()
     tampered.write_bytes(bytes(data))
     for name, layer, key in (("foreign", bundle, other), ("tampered", tampered, public)):
         with pytest.raises(AssertionError, match="UntrustedError"):
-            run_scenario("inference", "load", tmp_path / f"store-{name}", tmp_path / name,
-                         extra_env={"PRECOMPILE_TEST_LAYERS": str(layer), "PRECOMPILE_TEST_TRUSTED_KEYS": key})
+            run_scenario(
+                "inference",
+                "load",
+                tmp_path / f"store-{name}",
+                tmp_path / name,
+                extra_env={"PRECOMPILE_TEST_LAYERS": str(layer), "PRECOMPILE_TEST_TRUSTED_KEYS": key},
+            )
         assert not (tmp_path / f"store-{name}").exists()

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from synthetic import blob_bytes, load_entry, make_entries
 
 import precompile
 from precompile import Store
-from synthetic import blob_bytes, load_entry, make_entries
 
 PACKAGE_ROOT = str(Path(precompile.__file__).resolve().parents[1])
 
@@ -24,7 +24,10 @@ def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.Complete
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, full_env.get("PYTHONPATH")) if p)
     return subprocess.run(
         [sys.executable, "-m", "precompile", *map(str, args)],
-        capture_output=True, text=True, env=full_env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
     )
 
 
@@ -107,8 +110,11 @@ def test_exit_codes(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     assert cli("--store", root, "frobnicate").returncode == 2
     assert cli("--store", root).returncode == 2
     assert cli("--store", root, "gc", "--max-size", "10X").returncode == 2
-    for args in (("--store", tmp_path / "absent", "ls"), ("--store", root, "show", "dynamo/nope"),
-                 ("--store", root, "export", tmp_path / "x.bundle", "dynamo/nope")):
+    for args in (
+        ("--store", tmp_path / "absent", "ls"),
+        ("--store", root, "show", "dynamo/nope"),
+        ("--store", root, "export", tmp_path / "x.bundle", "dynamo/nope"),
+    ):
         proc = cli(*args)
         assert proc.returncode == 2, proc
         assert proc.stderr.startswith("precompile: error:") and "Traceback" not in proc.stderr

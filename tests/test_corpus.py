@@ -54,11 +54,7 @@ def corpus_round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, d
 def _compiler_runs(result: dict, name: str) -> list[str]:
     """The compiler calls made while model `name` ran, version queries aside."""
     lo, hi = result["models"][name]["compiler_log_lines"]
-    return [
-        line
-        for line in result["compiler_log"][lo:hi]
-        if line.split()[1:] not in (["-v"], ["--version"])
-    ]
+    return [line for line in result["compiler_log"][lo:hi] if line.split()[1:] not in (["-v"], ["--version"])]
 
 
 def _model_counter(result: dict, name: str, group: str, key: str) -> int:
@@ -74,15 +70,11 @@ _TORCH_BYPASSES = {"t5": "torch cannot serialize the CLASS_MATCH guard on type(c
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(reason=_TORCH_BYPASSES[n], strict=True))
-        if n in _TORCH_BYPASSES
-        else n
+        pytest.param(n, marks=pytest.mark.xfail(reason=_TORCH_BYPASSES[n], strict=True)) if n in _TORCH_BYPASSES else n
         for n in corpus.MODELS
     ],
 )
-def test_model_warm_starts_whole(
-    name: str, corpus_round_trip: tuple[dict, dict]
-) -> None:
+def test_model_warm_starts_whole(name: str, corpus_round_trip: tuple[dict, dict]) -> None:
     reason = corpus.missing_reason(name)
     if reason is not None:
         pytest.skip(reason)
@@ -94,14 +86,10 @@ def test_model_warm_starts_whole(
     counters = warm["models"][name]["counters"]
     assert _model_counter(warm, name, "dynamo_cache", "dynamo_cache_hit") >= 1, counters
     assert _model_counter(warm, name, "inductor", "fxgraph_cache_miss") == 0, counters
-    assert _model_counter(warm, name, "aot_autograd", "autograd_cache_miss") == 0, (
-        counters
-    )
+    assert _model_counter(warm, name, "aot_autograd", "autograd_cache_miss") == 0, counters
     assert _model_counter(warm, name, "precompile", "frames_recompiled") == 0, counters
     assert _model_counter(warm, name, "precompile", "frames_loaded") >= 1, counters
-    misses = {
-        k: v for k, v in counters.get("precompile", {}).items() if k.startswith("miss_")
-    }
+    misses = {k: v for k, v in counters.get("precompile", {}).items() if k.startswith("miss_")}
     assert misses == {}, counters
     assert _compiler_runs(warm, name) == []
     # Every compiled variant of the cold process came back.

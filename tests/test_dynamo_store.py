@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from warm_start import SCENARIO, run_scenario
 
 import precompile
-from warm_start import SCENARIO, run_scenario
 
 torch = pytest.importorskip("torch")
 import torch._dynamo.package as dynamo_package  # noqa: E402
@@ -111,7 +111,9 @@ def test_load_counts_hits_and_misses(compiled_store: tuple[Path, dict], tmp_path
     PrecompileContext.clear()
 
 
-def test_truncated_object_is_a_miss_with_a_warning(compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch) -> None:
+def test_truncated_object_is_a_miss_with_a_warning(
+    compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch
+) -> None:
     store, a = compiled_store
     copy = tmp_path / "store"
     import shutil

@@ -13,16 +13,18 @@ import json
 import sys
 from pathlib import Path
 
-import precompile
 import pytest
-from precompile import cli
-from precompile.miss_log import read_records
 from warm_start import SCENARIO, counter, run_scenario
 
+import precompile
+from precompile import cli
+from precompile.miss_log import read_records
+
 torch = pytest.importorskip("torch")
-from precompile import restore
-from torch._dynamo.precompile_context import PrecompileContext
-from torch._dynamo.utils import counters
+from torch._dynamo.precompile_context import PrecompileContext  # noqa: E402 (after the skip)
+from torch._dynamo.utils import counters  # noqa: E402
+
+from precompile import restore  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -80,17 +82,13 @@ def _guarded(entry, **changes):
 def _sources(entry, **changes):
     info = entry.dynamo.source_info
     sources = {dataclasses.replace(s, **changes) for s in info.inlined_sources}
-    dynamo = dataclasses.replace(
-        entry.dynamo, source_info=dataclasses.replace(info, inlined_sources=sources)
-    )
+    dynamo = dataclasses.replace(entry.dynamo, source_info=dataclasses.replace(info, inlined_sources=sources))
     return type(entry)(dynamo=dynamo, backends=entry.backends)
 
 
 BREAKS = {
     "source_changed": lambda e: _sources(e, checksum="0" * 64),
-    "guards_unreadable": lambda e: _guarded(
-        e, guards_state=b"\x80\x04not a guard state"
-    ),
+    "guards_unreadable": lambda e: _guarded(e, guards_state=b"\x80\x04not a guard state"),
     "module_missing": lambda e: _sources(e, module="precompile_no_such_module"),
     "missing_backend": lambda e: type(e)(dynamo=e.dynamo, backends={}),
     "unresolved_global": lambda e: _guarded(
@@ -116,10 +114,7 @@ def test_an_entry_that_does_not_restore_is_a_named_miss(
         entry = cache.read(key)
         assert restore.prepare(scenario.MLP.forward, key, entry) is not None
         with pytest.warns(precompile.PrecompileWarning, match=reason):
-            assert (
-                restore.prepare(scenario.MLP.forward, key, BREAKS[reason](entry))
-                is None
-            )
+            assert restore.prepare(scenario.MLP.forward, key, BREAKS[reason](entry)) is None
     assert counters["precompile"][f"miss_{reason}"] == 1
     (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
     assert miss["reason"] == reason and miss["key"] == key
@@ -128,9 +123,7 @@ def test_an_entry_that_does_not_restore_is_a_named_miss(
     assert f"MISS    {reason}: MLP.forward" in text
 
 
-def test_a_corrupt_entry_is_a_named_miss(
-    compiled_store, scenario, tmp_path: Path, capsys
-) -> None:
+def test_a_corrupt_entry_is_a_named_miss(compiled_store, scenario, tmp_path: Path, capsys) -> None:
     store = _copy(compiled_store[0], tmp_path)
     s = precompile.Store(str(store))
     (digest,) = compiled_store[1]["report"]["entries"].values()
@@ -147,9 +140,7 @@ def test_a_corrupt_entry_is_a_named_miss(
     assert "MISS    load_error: MLP.forward" in _explain(store, capsys)
 
 
-def test_a_function_never_stored_is_logged_without_a_warning(
-    compiled_store, scenario, tmp_path: Path, capsys
-) -> None:
+def test_a_function_never_stored_is_logged_without_a_warning(compiled_store, scenario, tmp_path: Path, capsys) -> None:
     store = _copy(compiled_store[0], tmp_path)
     with precompile.installed(store, save_on_exit=False) as cache:
         assert cache.load(scenario._scale) is None  # filterwarnings=error: no warning
@@ -183,9 +174,7 @@ def test_rejected_guards_are_named_with_their_values(
     assert json.loads(capsys.readouterr().out)[-1]["reason"] == "guard_failed"
 
 
-def test_a_fresh_process_that_loads_everything_records_no_miss(
-    compiled_store, tmp_path: Path, capsys
-) -> None:
+def test_a_fresh_process_that_loads_everything_records_no_miss(compiled_store, tmp_path: Path, capsys) -> None:
     store = _copy(compiled_store[0], tmp_path)
     b = run_scenario("inference", "load", store, tmp_path)
     assert counter(b, "precompile", "frames_loaded") == 1

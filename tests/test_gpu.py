@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
+from warm_start import counter, run_scenario
 
 import precompile
-from warm_start import counter, run_scenario
 
 torch = pytest.importorskip("torch")
 pytestmark = [

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from warm_start import counter, run_scenario
 
 import precompile
-from warm_start import counter, run_scenario
 
 torch = pytest.importorskip("torch")
 from torch._dynamo.utils import counters  # noqa: E402

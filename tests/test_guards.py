@@ -158,9 +158,33 @@ def test_corpus_covers_every_allowed_function() -> None:
         if name == "torch.sym_sqrt":  # alias missing from older torch; unit-tested below
             continue
         assert f"{name}(" in joined, f"no corpus case calls {name}"
-    for op in (" + ", " - ", "*", " / ", " // ", " % ", "**", " & ", " | ", " ^ ", "not ", " and ", " or ",
-               " == ", " != ", " < ", " <= ", " > ", " >= ", " if ", "math.inf", "math.nan", ".size()[",
-               ".stride()[", ".storage_offset()"):
+    for op in (
+        " + ",
+        " - ",
+        "*",
+        " / ",
+        " // ",
+        " % ",
+        "**",
+        " & ",
+        " | ",
+        " ^ ",
+        "not ",
+        " and ",
+        " or ",
+        " == ",
+        " != ",
+        " < ",
+        " <= ",
+        " > ",
+        " >= ",
+        " if ",
+        "math.inf",
+        "math.nan",
+        ".size()[",
+        ".stride()[",
+        ".storage_offset()",
+    ):
         assert op in joined, f"no corpus case uses {op!r}"
 
 

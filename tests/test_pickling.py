@@ -84,7 +84,11 @@ def _digest_with_seed(seed: str) -> str:
     env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
     proc = subprocess.run(
         [sys.executable, "-W", "ignore", "-c", _HASHSEED_PROGRAM],
-        capture_output=True, text=True, env=env, check=True, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+        timeout=300,
     )
     return proc.stdout.strip().splitlines()[-1]
 

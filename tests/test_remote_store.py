@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis_servers import free_port, kill_on_command
+from synthetic import blob_bytes, load_entry, make_entries
+
 from precompile import (
     CorruptObjectError,
     MissingObjectError,
@@ -28,8 +31,6 @@ from precompile import (
 from precompile.remote import Remote, RemoteError
 from precompile.remote_layer import RemoteLayer
 from precompile.remote_sync import pull, push, remote_gc, remote_usage
-from redis_servers import free_port, kill_on_command
-from synthetic import blob_bytes, load_entry, make_entries
 
 PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
 
@@ -41,9 +42,7 @@ def _store(tmp_path: Path, name: str) -> Store:
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH")) if p
-        ),
+        "PYTHONPATH": os.pathsep.join(p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH")) if p),
     }
     return subprocess.run(
         [sys.executable, "-m", "precompile", *args],
@@ -55,9 +54,7 @@ def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_push_then_pull_gives_the_same_entries(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_push_then_pull_gives_the_same_entries(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 3)
     remote = Remote(redis_server.url)
@@ -75,9 +72,7 @@ def test_push_then_pull_gives_the_same_entries(
     assert remote.stats()["corrupt"] == 0
 
 
-def test_a_push_sends_only_what_the_remote_lacks(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_a_push_sends_only_what_the_remote_lacks(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 2)
     remote = Remote(redis_server.url)
@@ -119,9 +114,7 @@ def _leaf(store: Store, ref: str) -> str:
 
 
 @pytest.mark.parametrize("damage", ["other-bytes", "truncated", "lost-chunk"])
-def test_a_damaged_value_is_counted_and_never_used(
-    redis_server: Any, tmp_path: Path, damage: str
-) -> None:
+def test_a_damaged_value_is_counted_and_never_used(redis_server: Any, tmp_path: Path, damage: str) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 1)
     remote = Remote(redis_server.url + "?chunk_size=1000")
@@ -173,9 +166,7 @@ def test_a_remote_that_is_down_warns_once_and_misses(tmp_path: Path) -> None:
     assert local.verify()["ok"]
 
 
-def test_a_stopped_remote_times_out_instead_of_hanging(
-    redis_factory: Any, tmp_path: Path
-) -> None:
+def test_a_stopped_remote_times_out_instead_of_hanging(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
     src = _store(tmp_path, "a")
     make_entries(src, 1)
@@ -193,9 +184,7 @@ def test_a_stopped_remote_times_out_instead_of_hanging(
         server.close()
 
 
-def test_the_remote_killed_in_the_middle_of_a_push(
-    redis_factory: Any, tmp_path: Path
-) -> None:
+def test_the_remote_killed_in_the_middle_of_a_push(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
     src = _store(tmp_path, "a")
     make_entries(src, 6)
@@ -208,9 +197,7 @@ def test_the_remote_killed_in_the_middle_of_a_push(
     assert src.verify()["ok"] and len(src.refs()) == 6
 
 
-def test_the_remote_killed_in_the_middle_of_a_load(
-    redis_factory: Any, tmp_path: Path
-) -> None:
+def test_the_remote_killed_in_the_middle_of_a_load(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
     src = _store(tmp_path, "a")
     make_entries(src, 2)
@@ -226,9 +213,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(
     assert dst.verify()["ok"]
 
 
-def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 30)
     env = {**os.environ, "PYTHONPATH": PYTHON_DIR}
@@ -249,9 +234,7 @@ def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(
     while client.dbsize() == 0 and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
     proc.kill()
-    assert proc.wait() == -signal.SIGKILL, (
-        "the pusher finished before it could be killed"
-    )
+    assert proc.wait() == -signal.SIGKILL, "the pusher finished before it could be killed"
     usage = remote_usage(Remote(redis_server.url))
     assert usage["entries"] < 30  # refs come last, and it died while uploading objects
     assert usage["missing"] == []
@@ -261,9 +244,7 @@ def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(
     assert dst.verify()["ok"]
 
 
-def test_eight_processes_push_the_same_entries_at_once(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_eight_processes_push_the_same_entries_at_once(redis_server: Any, tmp_path: Path) -> None:
     stores = []
     for i in range(8):
         s = _store(tmp_path, f"host{i}")
@@ -305,9 +286,7 @@ def test_eight_processes_push_the_same_entries_at_once(
         assert load_entry(dst, name) == load_entry(stores[0], name)
 
 
-def test_gc_keeps_what_refs_reach_and_what_was_pushed_recently(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_gc_keeps_what_refs_reach_and_what_was_pushed_recently(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 2)
     remote = Remote(redis_server.url)
@@ -320,9 +299,7 @@ def test_gc_keeps_what_refs_reach_and_what_was_pushed_recently(
 
     assert remote_gc(remote, grace_seconds=3600)["objects_freed"] == 0
     dry = remote_gc(remote, grace_seconds=0, dry_run=True)
-    assert (
-        dry["objects_freed"] == 2 and remote_usage(remote)["blobs"] == before["blobs"]
-    )
+    assert dry["objects_freed"] == 2 and remote_usage(remote)["blobs"] == before["blobs"]
     # Two hours later, a push touches the orphan (it is about to rely on
     # it): that protects it, and only the orphan's old manifest goes.
     client = redis_server.client()
@@ -340,9 +317,7 @@ def test_gc_keeps_what_refs_reach_and_what_was_pushed_recently(
     assert dst.verify()["ok"] and len(dst.refs()) == 2
 
 
-def test_stats_match_the_local_stores_numbers(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_stats_match_the_local_stores_numbers(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 4)
     push(src, Remote(redis_server.url))
@@ -354,9 +329,7 @@ def test_stats_match_the_local_stores_numbers(
     assert doc["blobs"] == local["objects"]
     assert doc["bytes"] == local["logical_bytes"]
     assert doc["unique_bytes"] == local["reachable_bytes"]
-    assert doc["dedup_ratio"] == pytest.approx(
-        local["logical_bytes"] / local["reachable_bytes"]
-    )
+    assert doc["dedup_ratio"] == pytest.approx(local["logical_bytes"] / local["reachable_bytes"])
 
 
 def test_cli_push_pull_and_gc(redis_server: Any, tmp_path: Path) -> None:
@@ -388,9 +361,7 @@ def test_a_bad_url_is_refused_at_once() -> None:
         Remote(f"redis://127.0.0.1:{free_port()}/0?connect_timeout=0.2").ping()
 
 
-def test_a_cluster_through_the_same_url_interface(
-    redis_cluster: Any, tmp_path: Path
-) -> None:
+def test_a_cluster_through_the_same_url_interface(redis_cluster: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 3)
     remote = Remote(redis_cluster.url + "?chunk_size=65536")
@@ -411,9 +382,7 @@ def test_a_cluster_through_the_same_url_interface(
     assert remote_gc(remote, grace_seconds=0)["objects_freed"] == 0
 
 
-def test_namespaces_and_layout_version_keep_remotes_apart(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_namespaces_and_layout_version_keep_remotes_apart(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 1)
     push(src, Remote(redis_server.url + "?namespace=team-a"))
@@ -423,9 +392,7 @@ def test_namespaces_and_layout_version_keep_remotes_apart(
     assert keys and all(k.startswith("team-a:v1:") for k in keys)
 
 
-def test_gc_stops_rather_than_guess_past_a_damaged_manifest(
-    redis_server: Any, tmp_path: Path
-) -> None:
+def test_gc_stops_rather_than_guess_past_a_damaged_manifest(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 2)
     remote = Remote(redis_server.url)
@@ -440,9 +407,7 @@ def test_gc_stops_rather_than_guess_past_a_damaged_manifest(
     blobs = remote_usage(remote)["blobs"]
     with pytest.raises(StoreError):
         remote_gc(remote, grace_seconds=0)
-    assert (
-        remote_usage(remote)["blobs"] == blobs - 1
-    )  # only the damaged manifest's size was dropped
+    assert remote_usage(remote)["blobs"] == blobs - 1  # only the damaged manifest's size was dropped
     assert client.exists(remote.keys.obj(orphan))
     assert backend in remote_usage(remote)["missing"]
     client.delete(remote.keys.meta(backend))

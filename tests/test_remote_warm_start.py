@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 import torch
+from redis_servers import kill_on_command
+from warm_start import counter, run_scenario
+
 from precompile import Store
 from precompile.remote import Remote
 from precompile.remote_sync import push, remote_usage
-from redis_servers import kill_on_command
-from warm_start import counter, run_scenario
 
 pytestmark = pytest.mark.torch
 
@@ -30,9 +31,7 @@ def test_install_takes_a_remote_url_or_the_environment(
 
     monkeypatch.delenv("PRECOMPILE_REMOTE", raising=False)
     try:
-        cache = precompile.install(
-            tmp_path / "s", remote=redis_server.url, save_on_exit=False
-        )
+        cache = precompile.install(tmp_path / "s", remote=redis_server.url, save_on_exit=False)
         assert cache.store.remote.remote.url == redis_server.url
         monkeypatch.setenv("PRECOMPILE_REMOTE", redis_server.url + "?namespace=fleet")
         cache = precompile.install(tmp_path / "s", save_on_exit=False)
@@ -41,9 +40,7 @@ def test_install_takes_a_remote_url_or_the_environment(
         cache = precompile.install(tmp_path / "s", save_on_exit=False)
         assert getattr(cache.store, "remote", None) is None
         with pytest.raises(ValueError, match="scheme"):
-            precompile.install(
-                tmp_path / "s", remote="http://127.0.0.1:1", save_on_exit=False
-            )
+            precompile.install(tmp_path / "s", remote="http://127.0.0.1:1", save_on_exit=False)
     finally:
         precompile.uninstall()
 
@@ -66,9 +63,7 @@ def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def build_host(
-    redis_factory: Any, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
+def build_host(redis_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """One host that compiled the scenario and saved it into its store and the remote."""
     server = redis_factory()
     root = tmp_path_factory.mktemp("fleet")
@@ -83,9 +78,7 @@ def build_host(
     }
 
 
-def test_a_fresh_host_warm_starts_from_the_remote(
-    build_host: dict[str, Any], tmp_path: Path
-) -> None:
+def test_a_fresh_host_warm_starts_from_the_remote(build_host: dict[str, Any], tmp_path: Path) -> None:
     a = build_host["result"]
     b = _host("fresh", "load", tmp_path, build_host["server"].url)
     _assert_same(a, b)
@@ -128,9 +121,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(
 
 
 @pytest.mark.slow
-def test_the_remote_killed_in_the_middle_of_a_save(
-    redis_factory: Any, tmp_path: Path
-) -> None:
+def test_the_remote_killed_in_the_middle_of_a_save(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
     watcher = kill_on_command(server, b"SET precompile:v1:obj:")
     a = _host("build", "compile", tmp_path, server.url)
@@ -141,9 +132,7 @@ def test_the_remote_killed_in_the_middle_of_a_save(
     # The local save is whole: a second process on this host loads it.
     local = Store(str(tmp_path / "build" / "store"))
     assert local.refs("dynamo/") and local.verify()["ok"]
-    b = run_scenario(
-        "inference", "load", tmp_path / "build" / "store", tmp_path / "again"
-    )
+    b = run_scenario("inference", "load", tmp_path / "build" / "store", tmp_path / "again")
     _assert_same(a, b)
     assert b["compiler_runs"] == []
 
@@ -191,8 +180,6 @@ def test_a_stopped_remote_times_out_and_the_host_compiles(
         server.cont()
     _assert_same(build_host["result"], b)
     assert "PrecompileWarning" in b["stderr"] and "Timeout" in b["stderr"]
-    assert (
-        counter(b, "precompile_remote", "errors") == 1
-    )  # then out of use: no second wait
+    assert counter(b, "precompile_remote", "errors") == 1  # then out of use: no second wait
     assert counter(b, "dynamo_cache", "dynamo_cache_miss") == 1
     assert b["compiler_runs"], "what could not be loaded compiles"

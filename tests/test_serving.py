@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
+from synthetic import blob_bytes, load_entry, make_entries
 
 from precompile import Store, open_bundle
 from precompile.layers import open_layered
-from synthetic import blob_bytes, load_entry, make_entries
 
 WORKER = str(Path(__file__).with_name("serving_worker.py"))
 
@@ -35,7 +35,9 @@ def shipped(tmp_path: Path) -> tuple[Path, Path, dict[str, dict[str, Any]]]:
     return root, path, expected
 
 
-def test_sixteen_threads_load_the_same_entries(shipped: tuple[Path, Path, dict[str, dict[str, Any]]], tmp_path: Path) -> None:
+def test_sixteen_threads_load_the_same_entries(
+    shipped: tuple[Path, Path, dict[str, dict[str, Any]]], tmp_path: Path
+) -> None:
     root, path, expected = shipped
     sources = {
         "store": Store(root),
@@ -91,7 +93,9 @@ def test_bundle_reads_release_the_gil(tmp_path: Path) -> None:
     assert longest < call / 2, (longest, call)
 
 
-def test_four_processes_load_the_same_entries(shipped: tuple[Path, Path, dict[str, dict[str, Any]]], tmp_path: Path) -> None:
+def test_four_processes_load_the_same_entries(
+    shipped: tuple[Path, Path, dict[str, dict[str, Any]]], tmp_path: Path
+) -> None:
     root, path, expected = shipped
     for source in (path, root):
         go = tmp_path / f"go-{source.name}"

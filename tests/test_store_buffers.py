@@ -7,8 +7,8 @@ import os
 import threading
 import time
 from array import array
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from precompile import Store
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -48,9 +49,7 @@ def check(store: Store, root: Path, completed: dict[str, str]) -> None:
             assert store.contains(child), (manifest, child)
 
 
-def run_and_kill(
-    root: Path, op: str, seed: int, bundle: Path, delay: float
-) -> list[str]:
+def run_and_kill(root: Path, op: str, seed: int, bundle: Path, delay: float) -> list[str]:
     child = subprocess.Popen(
         [sys.executable, str(WORKER), "chaos", op, str(root), str(seed), str(bundle)],
         stdout=subprocess.PIPE,

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from precompile import InvalidNameError, LockTimeout, Store, StoreError
 
 WORKER = Path(__file__).with_name("store_worker.py")
@@ -89,11 +90,7 @@ def test_dedup_never_touches_a_symlink_target(tmp_path: Path) -> None:
 
 
 def tmp_leftovers(directory: Path, name: str) -> list[Path]:
-    return [
-        p
-        for p in directory.iterdir()
-        if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")
-    ]
+    return [p for p in directory.iterdir() if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")]
 
 
 def test_killed_exports_leave_unpredictable_names_that_get_cleaned(
@@ -118,9 +115,7 @@ def test_killed_exports_leave_unpredictable_names_that_get_cleaned(
         )
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 10
-        while (
-            not tmp_leftovers(out.parent, "all.bundle") and time.monotonic() < deadline
-        ):
+        while not tmp_leftovers(out.parent, "all.bundle") and time.monotonic() < deadline:
             time.sleep(0.002)
         child.send_signal(signal.SIGKILL)
         child.wait()

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from precompile import (
     CorruptObjectError,
     FormatError,
@@ -76,9 +77,7 @@ def test_user_data_that_starts_with_the_magic_is_a_leaf(tmp_path: Path) -> None:
     assert store.verify()["ok"]
 
 
-@pytest.mark.parametrize(
-    "how", ["corrupt", "truncated", "missing", "dangling-link", "directory"]
-)
+@pytest.mark.parametrize("how", ["corrupt", "truncated", "missing", "dangling-link", "directory"])
 def test_put_repairs_a_damaged_object(tmp_path: Path, how: str) -> None:
     store = Store(tmp_path / "s")
     data = b"precious content " * 100

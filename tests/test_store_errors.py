@@ -19,9 +19,7 @@ from precompile import (
 )
 
 
-@pytest.mark.parametrize(
-    "cls", [StoreError, CorruptObjectError, MissingObjectError, LockTimeout, FormatError]
-)
+@pytest.mark.parametrize("cls", [StoreError, CorruptObjectError, MissingObjectError, LockTimeout, FormatError])
 def test_exception_module_is_importable(cls: type[Exception]) -> None:
     module = importlib.import_module(cls.__module__)
     assert getattr(module, cls.__name__) is cls
@@ -39,8 +37,15 @@ def test_raised_errors_have_the_right_type(tmp_path: Path) -> None:
 
 
 STORE_NAMES = [
-    "Blob", "CorruptObjectError", "FormatError", "LockTimeout", "MissingObjectError",
-    "Store", "StoreError", "__version__", "blake3_hex",
+    "Blob",
+    "CorruptObjectError",
+    "FormatError",
+    "LockTimeout",
+    "MissingObjectError",
+    "Store",
+    "StoreError",
+    "__version__",
+    "blake3_hex",
 ]
 
 
@@ -56,7 +61,7 @@ def test_unknown_format_version(tmp_path: Path) -> None:
     root = tmp_path / "s"
     Store(root)
     (root / "FORMAT").write_text("precompile-store\n2\n")
-    with pytest.raises(FormatError, match="version \"2\" is not supported"):
+    with pytest.raises(FormatError, match='version "2" is not supported'):
         Store(root)
 
 

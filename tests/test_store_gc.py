@@ -75,5 +75,9 @@ def test_stale_tmp_files_are_reclaimed(store: Store) -> None:
 
 def test_gc_on_empty_store(store: Store) -> None:
     assert store.gc(grace_seconds=0) == {
-        "objects_freed": 0, "bytes_freed": 0, "objects_kept": 0, "tmp_freed": 0, "dry_run": False
+        "objects_freed": 0,
+        "bytes_freed": 0,
+        "objects_kept": 0,
+        "tmp_freed": 0,
+        "dry_run": False,
     }

@@ -37,7 +37,7 @@ def make_store(root: Path) -> str:
 
 
 def chown_tree(root: Path, uid: int, gid: int, dir_mode: int | None = None) -> None:
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirnames, filenames in os.walk(root):
         os.chown(dirpath, uid, gid)
         if dir_mode is not None:
             os.chmod(dirpath, dir_mode)

@@ -45,8 +45,22 @@ def test_set_ref_needs_the_object(store: Store) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "/etc/passwd", "../escape", "a/../../b", "a/..", "..", ".", "a//b", "a/", ".hidden",
-     "a/.git", "nul\0byte", "back\\slash", "x" * 256],
+    [
+        "",
+        "/etc/passwd",
+        "../escape",
+        "a/../../b",
+        "a/..",
+        "..",
+        ".",
+        "a//b",
+        "a/",
+        ".hidden",
+        "a/.git",
+        "nul\0byte",
+        "back\\slash",
+        "x" * 256,
+    ],
 )
 def test_invalid_names_raise_value_error(store: Store, name: str) -> None:
     digest = store.put(b"a")

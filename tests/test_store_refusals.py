@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from precompile import (
     FormatError,
     InvalidDigestError,
@@ -36,9 +37,7 @@ from precompile import (
         "bell\x07",
     ],
 )
-def test_ref_names_with_control_characters_are_refused(
-    tmp_path: Path, name: str
-) -> None:
+def test_ref_names_with_control_characters_are_refused(tmp_path: Path, name: str) -> None:
     store = Store(tmp_path / "s")
     digest = store.put(b"x")
     with pytest.raises(InvalidNameError, match="control character") as info:
@@ -139,10 +138,7 @@ def test_every_failure_is_a_store_error(tmp_path: Path) -> None:
         store.gc(False, 0.0)
     with pytest.raises(StoreIOError) as missing:
         Store(tmp_path / "absent", create=False)
-    assert (
-        isinstance(missing.value, FileNotFoundError)
-        and missing.value.errno == errno.ENOENT
-    )
+    assert isinstance(missing.value, FileNotFoundError) and missing.value.errno == errno.ENOENT
     with pytest.raises(StoreIOError) as not_found:
         store.put_file(tmp_path / "no-such-file")
     assert not_found.value.filename == str(tmp_path / "no-such-file")

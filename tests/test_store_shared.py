@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from precompile import Store, StoreIOError
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0, reason="needs root: other uids, mounts"
-)
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: other uids, mounts")
 
 GROUP = 23400
 USER_A = 23401
@@ -124,9 +123,7 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
     assert "error" not in b, b
     assert b["ok"]["digest"] == digest and b["ok"]["new"] is False
     assert b["ok"]["verify"]["ok"] and b["ok"]["touched"]
-    assert (
-        root / "refs" / "a"
-    ).stat().st_uid == USER_B  # recency of A's ref, recorded by B
+    assert (root / "refs" / "a").stat().st_uid == USER_B  # recency of A's ref, recorded by B
     # Recency was recorded without touching A's file: B's fresh copy replaced it.
     assert time.time() - obj.stat().st_mtime < 600
     assert obj.stat().st_uid == USER_B and obj.read_bytes() == data
@@ -134,9 +131,7 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
 
 
 @needs_root
-def test_read_only_mount_can_be_verified_and_exported(
-    tmpfs: Path, world_dir: Path
-) -> None:
+def test_read_only_mount_can_be_verified_and_exported(tmpfs: Path, world_dir: Path) -> None:
     root = tmpfs / "s"
     store = Store(root)
     leaves = [store.put(f"leaf {i}".encode() * 100) for i in range(3)]

@@ -12,6 +12,8 @@ def test_core_stubs_match_the_extension() -> None:
     pytest.importorskip("mypy")
     proc = subprocess.run(
         [sys.executable, "-m", "mypy.stubtest", "precompile._core"],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -241,7 +241,5 @@ def test_ls_and_show_name_the_function(store: Path) -> None:
     wide = {**os.environ, "COLUMNS": "300"}
     table = subprocess.run([*cli, "ls"], capture_output=True, text=True, check=True, env=wide).stdout
     assert "sin_cos" in table and "test_torch_contract.py:" in table
-    shown = subprocess.run(
-        [*cli, "show", ref["name"]], capture_output=True, text=True, check=True, env=wide
-    ).stdout
+    shown = subprocess.run([*cli, "show", ref["name"]], capture_output=True, text=True, check=True, env=wide).stdout
     assert "_functions.<locals>.sin_cos" in shown and f"torch {torch.__version__}" in shown

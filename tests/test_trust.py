@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
+from synthetic import load_entry, make_entries
 
 import precompile
 from precompile import CorruptObjectError, Store, StoreError, UntrustedError, keygen, open_bundle
 from precompile.layers import open_layered
-from synthetic import load_entry, make_entries
 
 TRAILER = 40
 
@@ -22,15 +22,20 @@ TRAILER = 40
 def offsets(data: bytes) -> dict[str, int]:
     """Section offsets from a bundle header (see docs/FORMAT.md, bundle signatures)."""
     index_offset, _, refs_offset, refs_len, sig_offset, sig_len = struct.unpack_from("<6Q", data, 56)
-    return {"index": index_offset, "refs": refs_offset, "refs_end": refs_offset + refs_len,
-            "sig": sig_offset, "sig_len": sig_len}
+    return {
+        "index": index_offset,
+        "refs": refs_offset,
+        "refs_end": refs_offset + refs_len,
+        "sig": sig_offset,
+        "sig_len": sig_len,
+    }
 
 
 def forge(data: bytearray) -> bytearray:
     """Recompute the trailer hash, as someone changing the bundle on purpose would."""
     at = offsets(bytes(data))
-    digest = blake3(bytes(data[:128]) + bytes(data[at["index"]:at["refs_end"]])).digest()
-    data[len(data) - TRAILER:len(data) - 8] = digest
+    digest = blake3(bytes(data[:128]) + bytes(data[at["index"] : at["refs_end"]])).digest()
+    data[len(data) - TRAILER : len(data) - 8] = digest
     return data
 
 
@@ -229,8 +234,13 @@ def test_refusal_comes_before_any_unpickling(tmp_path: Path, keys: dict[str, str
     store = Store(tmp_path / "evil")
     record = store.put(pickle.dumps(_Payload(str(marker))))
     meta = EntryMeta(
-        key="k", torch=tc.TORCH_VERSION, triton=None, device_type="cpu",
-        source=SourceLocation("f", None, None), dynamo=PickledRef(record), backends={},
+        key="k",
+        torch=tc.TORCH_VERSION,
+        triton=None,
+        device_type="cpu",
+        source=SourceLocation("f", None, None),
+        dynamo=PickledRef(record),
+        backends={},
     ).to_json()
     entry = store.put_manifest([record], meta)
     store.set_ref("dynamo/k", entry)
@@ -256,8 +266,9 @@ def test_refusal_comes_before_any_unpickling(tmp_path: Path, keys: dict[str, str
             open_bundle(bundle, trusted_keys=[keys["alice"]])
         try:
             with pytest.raises(UntrustedError):
-                precompile.install(tmp_path / f"serve-{name}", layers=[bundle], trusted_keys=[keys["alice"]],
-                                   save_on_exit=False)
+                precompile.install(
+                    tmp_path / f"serve-{name}", layers=[bundle], trusted_keys=[keys["alice"]], save_on_exit=False
+                )
         finally:
             precompile.uninstall()
         assert not marker.exists(), name

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from warm_start import counter, run_scenario
 
 import precompile
-from warm_start import counter, run_scenario
 
 pytestmark = pytest.mark.torch
 
@@ -111,14 +111,20 @@ def test_missing_backend_is_reported_and_the_code_still_loads(tmp_path: Path) ->
 def test_mega_cache_artifacts_populate_a_store(tmp_path: Path) -> None:
     mega = tmp_path / "artifacts.bin"
     a = run_scenario(
-        "inference", "compile", tmp_path / "store-a", tmp_path / "a",
+        "inference",
+        "compile",
+        tmp_path / "store-a",
+        tmp_path / "a",
         extra_env={"PRECOMPILE_TEST_MEGA_OUT": str(mega)},
     )
     assert mega.stat().st_size > 0
     # The receiving process has an empty store and empty caches: only the
     # Mega-Cache blob travels.
     b = run_scenario(
-        "inference", "load", tmp_path / "store-b", tmp_path / "b",
+        "inference",
+        "load",
+        tmp_path / "store-b",
+        tmp_path / "b",
         extra_env={"PRECOMPILE_TEST_MEGA_IN": str(mega)},
     )
     _assert_same(a["outputs"], b["outputs"])

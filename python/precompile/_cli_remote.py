@@ -59,10 +59,7 @@ class CountProgress:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            if (
-                not self.console.is_terminal
-                or time.monotonic() - self.start < self.DELAY
-            ):
+            if not self.console.is_terminal or time.monotonic() - self.start < self.DELAY:
                 return
             self.bar = Progress(
                 TextColumn("{task.description}"),
@@ -84,9 +81,7 @@ class CountProgress:
             self.bar.stop()
 
 
-def _report(
-    args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]
-) -> int:
+def _report(args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]) -> int:
     doc["remote"] = args.remote
     if args.json:
         _emit_json(doc)
@@ -164,8 +159,7 @@ def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
         return 0
     verb = "would free" if args.dry_run else "freed"
     out.print(
-        f"{verb} {doc['objects_freed']} remote objects ({human_size(doc['bytes_freed'])}), "
-        f"kept {doc['objects_kept']}"
+        f"{verb} {doc['objects_freed']} remote objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}"
     )
     return 0
 
@@ -177,16 +171,8 @@ def add_commands(command: Any) -> None:
         cmd_push,
         "upload refs and what they reach to a remote (only what it lacks)",
     )
-    p.add_argument(
-        "remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port"
-    )
+    p.add_argument("remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port")
     p.add_argument("refs", nargs="*", help="refs to push (default: all)")
-    p = command(
-        "pull", cmd_pull, "download refs and what they reach from a remote, verified"
-    )
-    p.add_argument(
-        "remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port"
-    )
-    p.add_argument(
-        "refs", nargs="*", help="refs to pull (default: all the remote holds)"
-    )
+    p = command("pull", cmd_pull, "download refs and what they reach from a remote, verified")
+    p.add_argument("remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port")
+    p.add_argument("refs", nargs="*", help="refs to pull (default: all the remote holds)")

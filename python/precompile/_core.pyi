@@ -1,8 +1,8 @@
 """precompile's store core, implemented in Rust."""
 
 import sys
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, TypedDict, final
 
 from typing_extensions import Buffer
@@ -339,9 +339,7 @@ class Bundle:
     def stats(self) -> _BundleStats:
         """Blobs, bytes (of the file) and refs; gets and misses since open."""
 
-def open_bundle(
-    path: str | Path, *, verify: bool = True, trusted_keys: Sequence[str | Path] | None = None
-) -> Bundle:
+def open_bundle(path: str | Path, *, verify: bool = True, trusted_keys: Sequence[str | Path] | None = None) -> Bundle:
     """Maps the bundle at `path` read-only after validating its metadata; with trusted
     keys (default: $PRECOMPILE_TRUSTED_KEYS), refuses one none of them signed."""
 

@@ -10,18 +10,15 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
-import itertools
 import logging
 import os
-import re
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch._dynamo.package as dynamo_package
-import torch._dynamo.precompile_context as precompile_context
 from torch._dynamo.package import (
     CompilePackage,
     DynamoStore,
@@ -126,10 +123,7 @@ def bypassed_copy(entry: _DynamoCacheEntry, bypass: set[int]) -> _DynamoCacheEnt
     """
     if not bypass:
         return entry
-    codes = [
-        dataclasses.replace(code, bypassed=True) if i in bypass else code
-        for i, code in enumerate(entry.codes)
-    ]
+    codes = [dataclasses.replace(code, bypassed=True) if i in bypass else code for i, code in enumerate(entry.codes)]
     return dataclasses.replace(entry, codes=codes)
 
 
@@ -246,9 +240,7 @@ class _KernelCapture:
         self._lock = threading.Lock()
         # graph key -> [(library path, code-cache key, code-cache class)]
         self._by_graph: dict[str, list[tuple[str, str, str]]] = {}
-        self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-            "precompile_graph_key", default=None
-        )
+        self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar("precompile_graph_key", default=None)
         self._originals: dict[str, Any] = {}
 
     def libraries_for(self, graph_key: str) -> list[tuple[str, str, str]]:
@@ -505,9 +497,7 @@ class _BackendCapture:
             if result is not None and backend_id is not None:
                 if PrecompileContext.serialize_artifact_by_key(backend_id) is None:
                     counters["precompile"]["backends_captured"] += 1
-                    PrecompileContext.record_artifact(
-                        BundledAOTAutogradCacheArtifact(backend_id, result[0])
-                    )
+                    PrecompileContext.record_artifact(BundledAOTAutogradCacheArtifact(backend_id, result[0]))
             return result
 
         cache._lookup = staticmethod(_lookup)

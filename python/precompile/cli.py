@@ -84,15 +84,29 @@ def cmd_ls(args: argparse.Namespace, src: Source) -> int:
         _emit_json(refs)
         return 0
     table = Table(
-        "ref", "function", "source", "device", "torch", "objects", "size", "unique", "last used",
+        "ref",
+        "function",
+        "source",
+        "device",
+        "torch",
+        "objects",
+        "size",
+        "unique",
+        "last used",
         box=None,
     )
     for r in refs:
         info = r["entry"] or {}
         table.add_row(
-            escape(r["name"]), escape(info.get("function") or ""), escape(_where(r["entry"])),
-            info.get("device") or "", info.get("torch") or "", str(r["objects"]),
-            human_size(r["bytes"]), human_size(r["unique_bytes"]), human_age(r["mtime"]),
+            escape(r["name"]),
+            escape(info.get("function") or ""),
+            escape(_where(r["entry"])),
+            info.get("device") or "",
+            info.get("torch") or "",
+            str(r["objects"]),
+            human_size(r["bytes"]),
+            human_size(r["unique_bytes"]),
+            human_age(r["mtime"]),
         )
     out.print(table if refs else "no refs")
     return 0
@@ -152,8 +166,14 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
     if args.json:
         # A flat list, each node once: nesting would repeat shared nodes and
         # nest as deep as the manifests do.
-        doc = {"ref": args.ref, "root": digest, "entry": _entry_info(src, digest),
-               "objects": len(nodes), "total_bytes": total, "nodes": list(nodes.values())}
+        doc = {
+            "ref": args.ref,
+            "root": digest,
+            "entry": _entry_info(src, digest),
+            "objects": len(nodes),
+            "total_bytes": total,
+            "nodes": list(nodes.values()),
+        }
         _emit_json(doc)
         return 0
     text = [f"[bold]{escape(args.ref)}[/]  {len(nodes)} objects, {human_size(total)}"]
@@ -225,8 +245,14 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
         else:
             assert src.bundle is not None
             b = src.bundle.verify(progress=bar)
-            doc = {"ok": b["ok"], "objects": b["blobs"], "bytes": b["bytes"], "corrupt": b["corrupt"], "missing": [],
-                   "signer": src.bundle.signer}
+            doc = {
+                "ok": b["ok"],
+                "objects": b["blobs"],
+                "bytes": b["bytes"],
+                "corrupt": b["corrupt"],
+                "missing": [],
+                "signer": src.bundle.signer,
+            }
     if args.json:
         _emit_json(doc)
     elif doc["ok"]:
@@ -274,16 +300,16 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
         if store.get_ref(name) is None:
             raise UsageError(f"no ref named {name!r}")
     with ByteProgress(err, "exporting") as bar:
-        doc: dict[str, Any] = dict(
-            store.export_bundle(args.refs or None, args.out, progress=bar, sign_with=args.sign)
-        )
+        doc: dict[str, Any] = dict(store.export_bundle(args.refs or None, args.out, progress=bar, sign_with=args.sign))
     doc["path"] = args.out
     doc["signed"] = args.sign is not None
     if args.json:
         _emit_json(doc)
     else:
         signed = ", signed" if args.sign else ""
-        out.print(f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}")
+        out.print(
+            f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}"
+        )
     return 0
 
 
@@ -360,7 +386,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="precompile", description="Inspect, check, trim and move precompile stores and bundles."
     )
     parser.add_argument(
-        "--store", metavar="PATH", help="store directory, or a bundle file for read commands "
+        "--store",
+        metavar="PATH",
+        help="store directory, or a bundle file for read commands "
         "(default: $PRECOMPILE_STORE, else $XDG_CACHE_HOME/precompile or ~/.cache/precompile)",
     )
     parser.add_argument("--version", action="version", version=f"precompile {__version__}")
@@ -373,39 +401,55 @@ def _parser() -> argparse.ArgumentParser:
         return p
 
     command("ls", cmd_ls, "list refs with their sizes and last use").add_argument(
-        "prefix", nargs="?", default="", help="only refs starting with this")
+        "prefix", nargs="?", default="", help="only refs starting with this"
+    )
     command("show", cmd_show, "print the manifest tree of a ref, with sizes").add_argument(
-        "ref", help="a ref name or an object digest")
+        "ref", help="a ref name or an object digest"
+    )
     command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries").add_argument(
-        "--remote", metavar="URL", help="report on this remote instead of the store")
+        "--remote", metavar="URL", help="report on this remote instead of the store"
+    )
     command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
     gc = command("gc", cmd_gc, "evict least recently used refs down to a size, then sweep")
     gc.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
-    gc.add_argument("--max-size", type=parse_size, metavar="SIZE",
-                    help="evict least recently used refs until the store fits (10G, 500M, ...)")
-    gc.add_argument("--grace", type=parse_duration, default=3600.0, metavar="DURATION",
-                    help="keep unreferenced objects younger than this (default 1h; 0 when nothing writes)")
-    gc.add_argument("--remote", metavar="URL",
-                    help="collect this remote instead: delete what no remote ref reaches")
+    gc.add_argument(
+        "--max-size",
+        type=parse_size,
+        metavar="SIZE",
+        help="evict least recently used refs until the store fits (10G, 500M, ...)",
+    )
+    gc.add_argument(
+        "--grace",
+        type=parse_duration,
+        default=3600.0,
+        metavar="DURATION",
+        help="keep unreferenced objects younger than this (default 1h; 0 when nothing writes)",
+    )
+    gc.add_argument("--remote", metavar="URL", help="collect this remote instead: delete what no remote ref reaches")
     export = command("export", cmd_export, "write refs and everything they reach to one bundle file")
     export.add_argument("out", help="the bundle file to write")
     export.add_argument("refs", nargs="*", help="refs to export (default: all)")
     export.add_argument("--sign", metavar="KEYFILE", help="sign the bundle with this secret key (see keygen)")
     imp = command("import", cmd_import, "unpack a bundle into the store (idempotent)")
     imp.add_argument("bundle", help="the bundle file to read")
-    imp.add_argument("--trusted-key", action="append", metavar="KEY",
-                     help="accept only a bundle signed by this public key or key file (repeatable; "
-                     "default: $PRECOMPILE_TRUSTED_KEYS)")
-    command("keygen", cmd_keygen, "write a new secret signing key (mode 0600) and print its public key"
-            ).add_argument("keyfile", help="where to write the secret key (never overwritten)")
+    imp.add_argument(
+        "--trusted-key",
+        action="append",
+        metavar="KEY",
+        help="accept only a bundle signed by this public key or key file (repeatable; "
+        "default: $PRECOMPILE_TRUSTED_KEYS)",
+    )
+    command("keygen", cmd_keygen, "write a new secret signing key (mode 0600) and print its public key").add_argument(
+        "keyfile", help="where to write the secret key (never overwritten)"
+    )
     command("du", cmd_du, "disk usage per ref: what deleting each would free")
-    _remote_commands().add_commands(
-        lambda name, func, text: command(name, lambda a, s: func(a, s, out, err), text))
-    command("explain", cmd_explain, "why the last run compiled: the store's loads and misses, "
-            "with the failed guards").add_argument(
-        "--all", action="store_true", help="every run the record file keeps, not only the last")
+    _remote_commands().add_commands(lambda name, func, text: command(name, lambda a, s: func(a, s, out, err), text))
+    command(
+        "explain", cmd_explain, "why the last run compiled: the store's loads and misses, with the failed guards"
+    ).add_argument("--all", action="store_true", help="every run the record file keeps, not only the last")
     sub.add_parser(
-        "demo", help="compile a model into the store, then warm-start it in a fresh process",
+        "demo",
+        help="compile a model into the store, then warm-start it in a fresh process",
         description="compile a model into the store, then warm-start it in a fresh process "
         "with empty caches (needs torch)",
     ).set_defaults(func=cmd_demo)

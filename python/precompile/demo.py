@@ -51,7 +51,9 @@ def _side(mode: str, store: str, work: str) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, mode + "-inductor")}
     subprocess.run(
         [sys.executable, "-m", "precompile.demo", mode, store, out],
-        env=env, check=True, stderr=subprocess.DEVNULL,
+        env=env,
+        check=True,
+        stderr=subprocess.DEVNULL,
     )
     with open(out) as f:
         result = json.load(f)

@@ -167,9 +167,7 @@ class StoreDynamoCache(tc.DynamoStore):
 
 
 class _Installation:
-    def __init__(
-        self, cache: StoreDynamoCache, previous: Any, was_enabled: bool, save_on_exit: bool
-    ) -> None:
+    def __init__(self, cache: StoreDynamoCache, previous: Any, was_enabled: bool, save_on_exit: bool) -> None:
         self.cache = cache
         self.previous = previous
         self.was_enabled = was_enabled
@@ -187,9 +185,7 @@ def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
     # torch.compiler.save_cache_artifacts() stitches and stores our way and
     # the entries also travel in its Mega-Cache blob. Callers get torch's own
     # return value; the store's report rides along under its own key.
-    info = tc.debug_info(
-        tc.PrecompileContext._dynamo_cache_entries, tc.PrecompileContext._backend_artifacts_by_key
-    )
+    info = tc.debug_info(tc.PrecompileContext._dynamo_cache_entries, tc.PrecompileContext._backend_artifacts_by_key)
     report = _save(on_written=_record_for_mega_cache)
     info["precompile"] = dataclasses.asdict(report)
     return info
@@ -202,8 +198,7 @@ def _install_failed(package: Any, error: BaseException) -> None:
     log.debug("installing the stored entry for %s failed", name, exc_info=error)
     warnings.warn(
         PrecompileWarning(
-            f"precompile entry for {name} could not be installed "
-            f"({type(error).__name__}: {error}); compiling instead"
+            f"precompile entry for {name} could not be installed ({type(error).__name__}: {error}); compiling instead"
         ),
         stacklevel=2,
     )
@@ -295,9 +290,7 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def installed(
-    path: str | os.PathLike[str] | None = None, **kwargs: Any
-) -> Iterator[StoreDynamoCache]:
+def installed(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Iterator[StoreDynamoCache]:
     """`install()` for the duration of a `with` block."""
     cache = install(path, **kwargs)
     try:
@@ -330,4 +323,4 @@ def _save_at_exit() -> None:
     try:
         save()
     except Exception as e:  # at exit there is no caller to raise to
-        warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"))
+        warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)

@@ -101,17 +101,12 @@ def _put_isa_probes(store: WriteStore) -> tuple[tuple[str, str], ...]:
     return tuple(isa)
 
 
-def put_entry(
-    store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None
-) -> str:
+def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None) -> str:
     """Store `entry` under `key`; returns the entry manifest digest."""
     memo = SaveMemo() if memo is None else memo
     entry = module_aliases.carry(entry)
     dynamo = put_pickled(store, entry.dynamo)
-    backends = {
-        str(bid): put_backend(store, art, memo.backends)
-        for bid, art in sorted(entry.backends.items())
-    }
+    backends = {str(bid): put_backend(store, art, memo.backends) for bid, art in sorted(entry.backends.items())}
     isa: tuple[tuple[str, str], ...] = ()
     if entry.dynamo.device_type == "cpu":
         if memo.isa is None:

@@ -151,9 +151,7 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
             )
 
 
-def _on_stored_code_compile(
-    code: Any, f_locals: dict[str, Any], managers: list[Any]
-) -> None:
+def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[Any]) -> None:
     # Dynamo is compiling a frame the store installed code for: every stored
     # variant's guards rejected this call. Say which, on these very locals.
     tc.counters["precompile"]["frames_recompiled"] += 1
@@ -162,9 +160,7 @@ def _on_stored_code_compile(
         for part in tc.guard_failures(manager, f_locals)[:2]:
             failed.append(f"variant {i}: {part}")
     where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
-    detail = f"{where}: stored guards rejected the call" + (
-        f" ({failed[0]})" if failed else ""
-    )
+    detail = f"{where}: stored guards rejected the call" + (f" ({failed[0]})" if failed else "")
     miss(
         "guard_failed",
         "",

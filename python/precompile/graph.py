@@ -48,9 +48,7 @@ def serialize_graph_module(gm: torch.fx.GraphModule) -> tuple[bytes, list[bytes]
     return pickling.dumps((_MAGIC, fn, args))
 
 
-def deserialize_graph_module(
-    record: Any, parts: Sequence[Any] = ()
-) -> torch.fx.GraphModule:
+def deserialize_graph_module(record: Any, parts: Sequence[Any] = ()) -> torch.fx.GraphModule:
     """Rebuild the GraphModule `serialize_graph_module` encoded."""
     return serialized_from_bytes(record, parts).deserialize()
 
@@ -60,9 +58,7 @@ def serialized_to_bytes(serialized: SerializedGraphModule) -> tuple[bytes, list[
     return pickling.dumps((_MAGIC, serialized.fn, serialized.args))
 
 
-def serialized_from_bytes(
-    record: Any, parts: Sequence[Any] = ()
-) -> SerializedGraphModule:
+def serialized_from_bytes(record: Any, parts: Sequence[Any] = ()) -> SerializedGraphModule:
     """Rebuild a `SerializedGraphModule` without tracing its code yet.
 
     torch only turns it into a module when compiled autograd asks for it, so

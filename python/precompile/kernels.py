@@ -47,9 +47,7 @@ def trim_group_file(payload: bytes) -> bytes:
     data = json.loads(payload)
     children = data.get("child_paths")
     if isinstance(children, dict):
-        data["child_paths"] = {
-            name: path for name, path in children.items() if is_load_file(name)
-        }
+        data["child_paths"] = {name: path for name, path in children.items() if is_load_file(name)}
     return json.dumps(data, sort_keys=True).encode()
 
 

@@ -43,13 +43,9 @@ class MissLog:
         self.written = 0
         self.started = False
 
-    def begin(
-        self, store_path: str | os.PathLike[str] | None, torch_version: str
-    ) -> None:
+    def begin(self, store_path: str | os.PathLike[str] | None, torch_version: str) -> None:
         with self.lock:
-            self.path = (
-                os.path.join(os.fspath(store_path), LOG_NAME) if store_path else None
-            )
+            self.path = os.path.join(os.fspath(store_path), LOG_NAME) if store_path else None
             self.written = 0
             self.started = False
             self.torch_version = torch_version
@@ -81,9 +77,7 @@ class MissLog:
                         "torch": self.torch_version,
                     }
                     lines.insert(0, header)
-                text = "".join(
-                    json.dumps({**r, "pid": os.getpid()}) + "\n" for r in lines
-                )
+                text = "".join(json.dumps({**r, "pid": os.getpid()}) + "\n" for r in lines)
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
                     os.write(fd, text.encode())
@@ -128,9 +122,7 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
             where += f" ({r['file']})"
         if event == "run":
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.get("time", 0)))
-            lines.append(
-                f"run pid {r.get('pid')} at {stamp}, torch {r.get('torch')}: {' '.join(r.get('argv', []))}"
-            )
+            lines.append(f"run pid {r.get('pid')} at {stamp}, torch {r.get('torch')}: {' '.join(r.get('argv', []))}")
         elif event == "loaded":
             loaded += 1
             variants += int(r.get("variants", 0))
@@ -143,7 +135,5 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
             for g in r.get("guards", []):
                 lines.append(f"          failed guard: {g}")
     total = ", ".join(f"{n} {k}" for k, n in sorted(reasons.items())) or "none"
-    lines.append(
-        f"entries loaded: {loaded} ({variants} compiled variants); misses: {total}"
-    )
+    lines.append(f"entries loaded: {loaded} ({variants} compiled variants); misses: {total}")
     return lines

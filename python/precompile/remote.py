@@ -1,7 +1,7 @@
 """A content-addressed remote on Redis: keys, chunking, timeouts and counters.
 
 The remote holds the same objects and refs as a local store, under keys that
-carry a namespace and the layout version (docs/FORMAT-remote.md):
+carry a namespace and the layout version (docs/FORMAT.md, remote key layout):
 
     <ns>:v1:ref:<name>              the digest ref <name> points at
     <ns>:v1:obj:{<digest>}          the object's bytes, when it fits one value
@@ -154,9 +154,7 @@ def _client(url: str, connect_timeout: float, timeout: float) -> Any:
         from redis.backoff import NoBackoff
         from redis.retry import Retry
     except ImportError as e:
-        raise RemoteError(
-            "a remote needs the redis package: pip install 'precompile[remote]'"
-        ) from e
+        raise RemoteError("a remote needs the redis package: pip install 'precompile[remote]'") from e
     scheme = urllib.parse.urlsplit(url).scheme
     # One attempt per command: a retry would multiply the timeout a stalled
     # server costs, and the caller treats any fault as a miss anyway.
@@ -205,14 +203,10 @@ class Remote:
         self.keys = Keys(namespace)
         self.chunk_size = chunk_size
         self.timeout = timeout
-        self.counters: MutableMapping[str, int] = (
-            collections.Counter() if counters is None else counters
-        )
+        self.counters: MutableMapping[str, int] = collections.Counter() if counters is None else counters
         scheme = urllib.parse.urlsplit(redis_url).scheme
         if scheme not in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
-            raise ValueError(
-                f"unsupported remote URL scheme {scheme!r} (redis, rediss, unix, redis+cluster)"
-            )
+            raise ValueError(f"unsupported remote URL scheme {scheme!r} (redis, rediss, unix, redis+cluster)")
         # Connecting waits for the first command (a cluster client would
         # otherwise reach the cluster in the constructor), so a remote that
         # is down costs a miss there and never fails the caller's setup.
@@ -249,9 +243,7 @@ class Remote:
         for start in range(0, len(commands), _BATCH):
 
             def batch(
-                part: list[tuple[str, tuple[Any, ...]]] = commands[
-                    start : start + _BATCH
-                ],
+                part: list[tuple[str, tuple[Any, ...]]] = commands[start : start + _BATCH],
             ) -> list[Any]:
                 pipe = self._client.pipeline(transaction=False)
                 for method, args in part:
@@ -273,9 +265,7 @@ class Remote:
         digest = value.decode(errors="replace")
         if not _is_digest(digest):
             self.counters["corrupt"] += 1
-            raise CorruptObjectError(
-                f"remote ref {name!r} holds {value[:80]!r}, not a digest"
-            )
+            raise CorruptObjectError(f"remote ref {name!r} holds {value[:80]!r}, not a digest")
         self.counters["ref_hits"] += 1
         return digest
 
@@ -289,12 +279,7 @@ class Remote:
 
     def refs(self, prefix: str = "") -> list[str]:
         pattern = self.keys.ref(_glob_escape(prefix)) + "*"
-        names = self._run(
-            lambda: [
-                self.keys.ref_name(k)
-                for k in self._client.scan_iter(match=pattern, count=1000)
-            ]
-        )
+        names = self._run(lambda: [self.keys.ref_name(k) for k in self._client.scan_iter(match=pattern, count=1000)])
         return sorted(set(names))
 
     def ref_digests(self, names: list[str]) -> dict[str, str | None]:
@@ -370,16 +355,12 @@ class Remote:
             else:
                 out[d] = value
         if chunked:
-            metas = self._pipeline(
-                ("hmget", (self.keys.meta(d), ["n", "c"])) for d in chunked
-            )
+            metas = self._pipeline(("hmget", (self.keys.meta(d), ["n", "c"])) for d in chunked)
             for d, (n, c) in zip(chunked, metas):
                 if n is None or not int(c or 0):
                     self.counters["missing_objects"] += 1
                     raise MissingObjectError(f"object {d} is not on the remote")
-                parts = self._pipeline(
-                    ("get", (self.keys.chunk(d, i),)) for i in range(int(c))
-                )
+                parts = self._pipeline(("get", (self.keys.chunk(d, i),)) for i in range(int(c)))
                 if any(p is None for p in parts):
                     self._damaged(d)
                     raise CorruptObjectError(f"remote object {d} lost a chunk")
@@ -388,9 +369,7 @@ class Remote:
             data = out[d]
             if blake3_hex(data) != d:
                 self._damaged(d)
-                raise CorruptObjectError(
-                    f"remote object {d} does not match its digest ({len(data)} bytes)"
-                )
+                raise CorruptObjectError(f"remote object {d} does not match its digest ({len(data)} bytes)")
             self.counters["blobs_read"] += 1
             self.counters["bytes_read"] += len(data)
         return out
@@ -410,13 +389,9 @@ class Remote:
         t is the last push that touched it, in milliseconds since the epoch.
         """
         pattern = self.keys.base + "meta:*"
-        keys = self._run(
-            lambda: list(self._client.scan_iter(match=pattern, count=1000))
-        )
+        keys = self._run(lambda: list(self._client.scan_iter(match=pattern, count=1000)))
         digests = [self.keys.meta_digest(k) for k in keys]
-        values = self._pipeline(
-            ("hmget", (self.keys.meta(d), ["t", "n", "c", "m"])) for d in digests
-        )
+        values = self._pipeline(("hmget", (self.keys.meta(d), ["t", "n", "c", "m"])) for d in digests)
         out = {}
         for d, fields in zip(digests, values):
             if _is_digest(d):

@@ -36,9 +36,7 @@ T = TypeVar("T")
 class RemoteLayer:
     """A read-only layer over `remote` that fills `local` as it reads."""
 
-    def __init__(
-        self, remote: Remote, local: Store, *, retry_after: float = 60.0
-    ) -> None:
+    def __init__(self, remote: Remote, local: Store, *, retry_after: float = 60.0) -> None:
         self.remote = remote
         self.local = local
         self.retry_after = retry_after

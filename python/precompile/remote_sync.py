@@ -103,9 +103,7 @@ def _size(store: Store, digest: str) -> int:
     return os.stat(store.object_path(digest)).st_size
 
 
-def pull_closure(
-    store: Store, remote: Remote, root: str, report: SyncReport | None = None
-) -> SyncReport:
+def pull_closure(store: Store, remote: Remote, root: str, report: SyncReport | None = None) -> SyncReport:
     """Bring everything `root` reaches into `store`, verified, one round trip per level."""
     report = SyncReport() if report is None else report
     seen: set[str] = set()
@@ -122,9 +120,7 @@ def pull_closure(
             if data is not None:
                 # Verified by get_blobs; put hashes again and must agree.
                 if store.put(data) != d:
-                    raise AssertionError(
-                        f"store and remote disagree on the digest of {d}"
-                    )
+                    raise AssertionError(f"store and remote disagree on the digest of {d}")
                 report.objects += 1
                 report.bytes += len(data)
                 children = manifest_children(data)
@@ -183,25 +179,17 @@ def _remote_closures(
             seen.update(frontier)
             unknown = [d for d in frontier if "m" not in index.get(d, {})]
             if unknown and strict:
-                raise MissingObjectError(
-                    f"remote object {unknown[0]} has no index entry; nothing was deleted"
-                )
+                raise MissingObjectError(f"remote object {unknown[0]} has no index entry; nothing was deleted")
             unreadable.update(unknown)
-            manifests = [
-                d for d in frontier if index.get(d, {}).get("m") and d not in children
-            ]
-            for d, data in _read_manifests(
-                remote, manifests, strict, unreadable
-            ).items():
+            manifests = [d for d in frontier if index.get(d, {}).get("m") and d not in children]
+            for d, data in _read_manifests(remote, manifests, strict, unreadable).items():
                 children[d] = manifest_children(data) or []
             frontier = [c for d in frontier for c in children.get(d, [])]
         closures[name] = seen
     return closures, unreadable
 
 
-def _read_manifests(
-    remote: Remote, digests: list[str], strict: bool, unreadable: set[str]
-) -> dict[str, bytes]:
+def _read_manifests(remote: Remote, digests: list[str], strict: bool, unreadable: set[str]) -> dict[str, bytes]:
     """One round trip for all; when that fails and not `strict`, one per manifest."""
     try:
         return remote.get_blobs(digests)
@@ -243,9 +231,7 @@ def remote_usage(remote: Remote) -> dict[str, Any]:
     }
 
 
-def remote_gc(
-    remote: Remote, *, grace_seconds: float = 3600.0, dry_run: bool = False
-) -> dict[str, Any]:
+def remote_gc(remote: Remote, *, grace_seconds: float = 3600.0, dry_run: bool = False) -> dict[str, Any]:
     """Delete remote objects no remote ref reaches and no push touched within the grace period.
 
     A push touches every object of an entry before checking what the remote
@@ -253,9 +239,7 @@ def remote_gc(
     so an object a concurrent push relies on survives.
     """
     index = remote.index()
-    roots = {
-        n: d for n, d in remote.ref_digests(remote.refs()).items() if d is not None
-    }
+    roots = {n: d for n, d in remote.ref_digests(remote.refs()).items() if d is not None}
     closures, _ = _remote_closures(remote, roots, index, strict=True)
     reachable = set().union(*closures.values()) if closures else set()
     cutoff = int((time.time() - grace_seconds) * 1000)

@@ -47,9 +47,7 @@ class RestoreError(Exception):
         self.reason = reason
 
 
-def with_defining_module(
-    fn: Callable[..., Any], entry: tc.PrecompileCacheEntry
-) -> tc.PrecompileCacheEntry:
+def with_defining_module(fn: Callable[..., Any], entry: tc.PrecompileCacheEntry) -> tc.PrecompileCacheEntry:
     """`entry` with its main code filed under the module `fn`'s code runs in.
 
     Returns `entry` itself when the recorded module is already that one (or
@@ -75,9 +73,7 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
     try:
         changed = tc.changed_sources(entry.dynamo)
     except Exception as e:
-        raise RestoreError(
-            "module_missing", f"{name}: a source it inlined does not import here ({e})"
-        ) from e
+        raise RestoreError("module_missing", f"{name}: a source it inlined does not import here ({e})") from e
     if changed:
         raise RestoreError(
             "source_changed",
@@ -93,9 +89,7 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
             ) from e
         if code.bypassed:
             continue
-        unbound = module_aliases.unresolved(
-            code, sys.modules[code.python_module].__dict__
-        )
+        unbound = module_aliases.unresolved(code, sys.modules[code.python_module].__dict__)
         if unbound:
             raise RestoreError(
                 "unresolved_global",
@@ -103,9 +97,7 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
             )
         for bid in code.backend_ids:
             if bid not in entry.backends:
-                raise RestoreError(
-                    "missing_backend", f"{name}: backend {bid} is not in the entry"
-                )
+                raise RestoreError("missing_backend", f"{name}: backend {bid} is not in the entry")
         for i, guarded in enumerate(code.guarded_codes):
             try:
                 tc.load_guards_state(guarded.guards_state)
@@ -117,9 +109,7 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
                 ) from e
 
 
-def prepare(
-    fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry
-) -> tc.PrecompileCacheEntry | None:
+def prepare(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) -> tc.PrecompileCacheEntry | None:
     """`entry` ready for torch to install for `fn`, or None (a miss, with its reason)."""
     entry = with_defining_module(fn, entry)
     try:
@@ -131,9 +121,7 @@ def prepare(
     return entry
 
 
-def install_package(
-    fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry
-) -> tc.CompilePackage | None:
+def install_package(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) -> tc.CompilePackage | None:
     """Check, then install `entry` for `fn`; a miss (None) with its reason if it does not restore."""
     prepared = prepare(fn, key, entry)
     if prepared is None:

@@ -34,16 +34,6 @@ from typing import Any
 
 from . import graph as graph_codec
 from . import kernels, pickling
-from .protocols import BatchRead, ReadStore, WriteStore
-from .schema import (
-    BackendMeta,
-    Binding,
-    GraphMeta,
-    LibraryRef,
-    PickledRef,
-    TritonFile,
-    TritonKernelRef,
-)
 from ._torch_compat import (
     BundledAOTAutogradResult,
     CompiledFxGraph,
@@ -54,6 +44,16 @@ from ._torch_compat import (
     kernel_capture,
     picklable_triton_bundle,
     register_library,
+)
+from .protocols import BatchRead, ReadStore, WriteStore
+from .schema import (
+    BackendMeta,
+    Binding,
+    GraphMeta,
+    LibraryRef,
+    PickledRef,
+    TritonFile,
+    TritonKernelRef,
 )
 
 __all__ = [
@@ -137,9 +137,7 @@ def _unpack(blob: Any) -> bytes:
     return raw
 
 
-def _put_fields(
-    store: WriteStore, obj: Any, text: Sequence[str], as_json: Sequence[str] = ()
-) -> dict[str, str]:
+def _put_fields(store: WriteStore, obj: Any, text: Sequence[str], as_json: Sequence[str] = ()) -> dict[str, str]:
     out = {}
     for name in (*text, *as_json):
         value = getattr(obj, name, None)
@@ -266,9 +264,7 @@ class StoredGraph:
                     )
                     for kernel in meta.triton
                 ],
-                static_autotuners=[]
-                if meta.static_autotuners is None
-                else load_pickled(meta.static_autotuners, blobs),
+                static_autotuners=[] if meta.static_autotuners is None else load_pickled(meta.static_autotuners, blobs),
             )
         return graph
 
@@ -331,15 +327,11 @@ class StoredBackend:
             if hasattr(skeleton, name):
                 setattr(skeleton, name, None)
         _zero(skeleton, _BACKEND_TIME_FIELDS)
-        meta = BackendMeta(
-            skeleton=put_pickled(store, skeleton), forward=fw, backward=bw, bw_module=bw_module
-        )
+        meta = BackendMeta(skeleton=put_pickled(store, skeleton), forward=fw, backward=bw, bw_module=bw_module)
         return store.put_manifest(sorted(set(meta.children())), meta.to_json())
 
     @classmethod
-    def read(
-        cls, store: ReadStore, digest: str, binding: Binding, blobs: dict[str, Any]
-    ) -> StoredBackend:
+    def read(cls, store: ReadStore, digest: str, binding: Binding, blobs: dict[str, Any]) -> StoredBackend:
         """Read and check the manifests; the blobs come later, in one batch."""
         _, doc = read_manifest(store, digest)
         meta = BackendMeta.from_json(doc)

@@ -98,8 +98,7 @@ class _Record:
             raise FormatError(f"expected a {cls.KIND} manifest, found {doc.get('kind')!r}")
         if doc.get("format") != SCHEMA_FORMAT:
             raise FormatError(
-                f"{cls.KIND} format {doc.get('format')!r} is not supported "
-                f"(this build reads format {SCHEMA_FORMAT})"
+                f"{cls.KIND} format {doc.get('format')!r} is not supported (this build reads format {SCHEMA_FORMAT})"
             )
         return doc
 
@@ -204,9 +203,7 @@ class GraphMeta(_Record):
             "skeleton": self.skeleton.to_json(),
             "fields": dict(self.fields),
             "triton": [k.to_json() for k in self.triton],
-            "static_autotuners": None
-            if self.static_autotuners is None
-            else self.static_autotuners.to_json(),
+            "static_autotuners": None if self.static_autotuners is None else self.static_autotuners.to_json(),
             "libraries": [lib.to_json() for lib in self.libraries],
         }
 
@@ -409,9 +406,7 @@ class EntryMeta(_Record):
         )
 
 
-_KINDS: dict[str, type[_Record]] = {
-    c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta)
-}
+_KINDS: dict[str, type[_Record]] = {c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta)}
 
 
 def parse_meta(doc: Any) -> _Record | None:

@@ -459,11 +459,20 @@ HAND: list[tuple[str, list[list[Any]]]] = [
     ("torch.sym_max(L['t0'], 1) == 1.0", FLOAT_GRID),
     ("L['t0'] // 1.5 == 1 and L['t0'] % 1.5 > 0.4", FLOAT_GRID),
     ("-math.inf < 1 / L['t0'] < math.inf", FLOAT_GRID),
-    ("L['t0'] <= 9223372036854775807 and L['t0'] * L['t1'] >= -9223372036854775808", [[2**62, 2], [2**63, 1], [-(2**62), 2], [-(2**62), -3], [5, 7]]),
+    (
+        "L['t0'] <= 9223372036854775807 and L['t0'] * L['t1'] >= -9223372036854775808",
+        [[2**62, 2], [2**63, 1], [-(2**62), 2], [-(2**62), -3], [5, 7]],
+    ),
     ("L['t0'] == math.nan or L['t0'] != math.nan", FLOAT_GRID),
     # and/or yield the deciding operand, not a bool; & exposes its type.
-    ("((L['t0'] and 5) & 1) == 0 or ((L['t1'] or 2) & 1) == 1", [[0.0, 0], [0, 0], [0, 0.0], [1, 1.5], [2, 3], [2.5, 1], [-0.0, 0]]),
-    ("L['t0'] and L['t1'] or not L['t2']", [[True, False, True], [True, True, False], [False, True, True], [1, 0, 0], [0, 2, 1]]),
+    (
+        "((L['t0'] and 5) & 1) == 0 or ((L['t1'] or 2) & 1) == 1",
+        [[0.0, 0], [0, 0], [0, 0.0], [1, 1.5], [2, 3], [2.5, 1], [-0.0, 0]],
+    ),
+    (
+        "L['t0'] and L['t1'] or not L['t2']",
+        [[True, False, True], [True, True, False], [False, True, True], [1, 0, 0], [0, 2, 1]],
+    ),
     ("(L['t0'] + L['t1']) // (L['t2'] - 1) >= 0", [[1, 2, 3], [4, 5, 1], [-5, 2, 0], [0, 0, 2], [9, -20, 4]]),
 ]
 
@@ -595,7 +604,9 @@ def main() -> int:
     for expr, vectors in run_shape_env_workloads():
         if any(c["expr"] == expr for c in cases):
             continue
-        cases.append({"expr": expr, "origin": ["shape_env:tensors"], "evals": [torch_verdict(expr, v) for v in vectors]})
+        cases.append(
+            {"expr": expr, "origin": ["shape_env:tensors"], "evals": [torch_verdict(expr, v) for v in vectors]}
+        )
     for expr, vectors in HAND:
         cases.append({"expr": expr, "origin": ["hand"], "evals": [torch_verdict(expr, v) for v in vectors]})
 

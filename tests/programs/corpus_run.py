@@ -15,8 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-import precompile
 import torch
+
+import precompile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benches"))
 import corpus

@@ -48,8 +48,7 @@ class _Compiler:
                 segment = segment[:77] + "..."
             snippet = f": {segment!r}"
         return GuardSyntaxError(
-            f"{what} is not allowed in a guard expression{where}{snippet}"
-            + (f" ({hint})" if hint else ""),
+            f"{what} is not allowed in a guard expression{where}{snippet}" + (f" ({hint})" if hint else ""),
             lineno=lineno,
             col=col,
         )
@@ -139,11 +138,7 @@ class _Compiler:
             return _scalar_loader(name)
         # L['t0'].size()[i] / L['t0'].stride()[i]
         call = node.value
-        if (
-            isinstance(call, ast.Call)
-            and isinstance(call.func, ast.Attribute)
-            and call.func.attr in _TENSOR_PROPS
-        ):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _TENSOR_PROPS:
             base = self.placeholder_name(call.func.value)
             if base is None:
                 # e.g. L['t0'].inner.size()[0] (a tensor-subclass attribute):

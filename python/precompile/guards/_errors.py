@@ -10,9 +10,7 @@ class GuardSyntaxError(ValueError):
     ``lineno``/``col`` (1-based) locate the offending construct when known.
     """
 
-    def __init__(
-        self, message: str, *, lineno: int | None = None, col: int | None = None
-    ) -> None:
+    def __init__(self, message: str, *, lineno: int | None = None, col: int | None = None) -> None:
         super().__init__(message)
         self.lineno = lineno
         self.col = col

@@ -18,6 +18,7 @@ from ._limits import MAX_EXPONENT, MAX_INT_BITS
 # user-defined ``__dunder__`` methods.
 # ---------------------------------------------------------------------------
 
+
 def _is_int(v: object) -> bool:
     t = type(v)
     return t is int or t is bool
@@ -25,9 +26,7 @@ def _is_int(v: object) -> bool:
 
 def _mul(a: Any, b: Any) -> Any:
     if _is_int(a) and _is_int(b) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
-        raise GuardEvaluationError(
-            f"integer product exceeds {MAX_INT_BITS} bits; refusing to compute it"
-        )
+        raise GuardEvaluationError(f"integer product exceeds {MAX_INT_BITS} bits; refusing to compute it")
     return a * b
 
 
@@ -37,13 +36,9 @@ def _pow(a: Any, b: Any) -> Any:
         # guard cannot ask for 10**10**9.
         if abs(a) > 1:
             if abs(b) > MAX_EXPONENT:
-                raise GuardEvaluationError(
-                    f"exponent {b} exceeds the cap of {MAX_EXPONENT}"
-                )
+                raise GuardEvaluationError(f"exponent {b} exceeds the cap of {MAX_EXPONENT}")
             if b > 0 and (a.bit_length() - 1) * b > MAX_INT_BITS:
-                raise GuardEvaluationError(
-                    f"{a} ** {b} exceeds {MAX_INT_BITS} bits; refusing to compute it"
-                )
+                raise GuardEvaluationError(f"{a} ** {b} exceeds {MAX_INT_BITS} bits; refusing to compute it")
     return a**b
 
 
@@ -52,9 +47,7 @@ def _round(x: Any, ndigits: Any = None) -> Any:
         return round(x)
     # round(int, -n) computes 10**n internally.
     if _is_int(ndigits) and abs(ndigits) > MAX_EXPONENT:
-        raise GuardEvaluationError(
-            f"round() ndigits {ndigits} exceeds the cap of {MAX_EXPONENT}"
-        )
+        raise GuardEvaluationError(f"round() ndigits {ndigits} exceeds the cap of {MAX_EXPONENT}")
     return round(x, ndigits)
 
 
@@ -65,9 +58,7 @@ def _sym_minmax(pick: Callable[..., Any], name: str) -> Callable[[Any, Any], Any
     def fn(a: Any, b: Any) -> Any:
         for v in (a, b):
             if not isinstance(v, (int, float)):
-                raise GuardEvaluationError(
-                    f"torch.{name} expects int or float, got {type(v).__name__}"
-                )
+                raise GuardEvaluationError(f"torch.{name} expects int or float, got {type(v).__name__}")
         if isinstance(a, float) or isinstance(b, float):
             return float(pick(a, b))
         return pick(a, b)
@@ -101,10 +92,7 @@ def _cast_symbool_to_symint_guardless(x: Any) -> int:
     # torch's version maps a bool to 1/0 and treats anything else as a SymBool
     # (which a plain number is not), so non-bools are an error there too.
     if type(x) is not bool:
-        raise GuardEvaluationError(
-            "cast_symbool_to_symint_guardless expects a bool, "
-            f"got {type(x).__name__}"
-        )
+        raise GuardEvaluationError(f"cast_symbool_to_symint_guardless expects a bool, got {type(x).__name__}")
     return 1 if x else 0
 
 

@@ -54,9 +54,7 @@ class Guard:
         is outside the allowed language."""
         fn, names = _compile(source)
         ordered = tuple(sorted(names, key=_name_order))
-        slots = tuple(
-            (n, int(m.group(1))) for n in ordered if (m := _PLACEHOLDER.fullmatch(n))
-        )
+        slots = tuple((n, int(m.group(1))) for n in ordered if (m := _PLACEHOLDER.fullmatch(n)))
         unbindable = tuple(n for n in ordered if not _PLACEHOLDER.fullmatch(n))
         init = object.__setattr__
         init(self, "source", source)
@@ -136,9 +134,7 @@ class Guard:
         except GuardEvaluationError:
             raise
         except (ArithmeticError, TypeError, ValueError) as e:
-            raise GuardEvaluationError(
-                f"evaluating guard failed with {type(e).__name__}: {e}"
-            ) from e
+            raise GuardEvaluationError(f"evaluating guard failed with {type(e).__name__}: {e}") from e
 
 
 @functools.lru_cache(maxsize=_CACHE_SIZE)

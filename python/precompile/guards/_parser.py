@@ -26,9 +26,7 @@ def _compile(source: str) -> tuple[_Fn, frozenset[str]]:
     if not isinstance(source, str):
         raise TypeError(f"guard expression must be a str, got {type(source).__name__}")
     if len(source) > MAX_GUARD_CHARS:
-        raise GuardSyntaxError(
-            f"guard expression is {len(source)} characters long; the limit is {MAX_GUARD_CHARS}"
-        )
+        raise GuardSyntaxError(f"guard expression is {len(source)} characters long; the limit is {MAX_GUARD_CHARS}")
     # builtins.eval (what torch uses) ignores leading spaces and tabs; ast.parse
     # would call them an indentation error.
     stripped = source.lstrip(" \t")
@@ -50,9 +48,7 @@ def _compile(source: str) -> tuple[_Fn, frozenset[str]]:
             col=col,
         ) from None
     except (RecursionError, MemoryError):
-        raise GuardSyntaxError(
-            f"guard expression is nested too deeply to parse (limit {MAX_DEPTH} levels)"
-        ) from None
+        raise GuardSyntaxError(f"guard expression is nested too deeply to parse (limit {MAX_DEPTH} levels)") from None
     except ValueError as e:  # e.g. null bytes, over-long int literals
         raise GuardSyntaxError(f"not a valid Python expression: {e}") from None
     compiler = _Compiler(stripped, col_shift)

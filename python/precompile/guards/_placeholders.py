@@ -30,9 +30,7 @@ def _scalar_loader(name: str) -> _Fn:
         except KeyError:
             raise _missing(name) from None
         if type(value) not in _ARG_SCALARS:
-            raise GuardEvaluationError(
-                f"{_ref(name)} must be an int, float or bool, got {type(value).__name__}"
-            )
+            raise GuardEvaluationError(f"{_ref(name)} must be an int, float or bool, got {type(value).__name__}")
         return value
 
     return load
@@ -57,8 +55,7 @@ def _tensor_prop_loader(name: str, prop: str, index: int | None) -> _Fn:
         tensor_type = _torch_tensor_type()
         if tensor_type is None or not isinstance(value, tensor_type):
             raise GuardEvaluationError(
-                f"{rendered} needs {_ref(name)} to be a torch.Tensor, "
-                f"got {type(value).__name__}"
+                f"{rendered} needs {_ref(name)} to be a torch.Tensor, got {type(value).__name__}"
             )
         tensor: Any = value  # narrowed by isinstance to an opaque type
         if index is None:
@@ -68,15 +65,11 @@ def _tensor_prop_loader(name: str, prop: str, index: int | None) -> _Fn:
             try:
                 result = dims[index]
             except IndexError:
-                raise GuardEvaluationError(
-                    f"{rendered}: tensor has only {len(dims)} dimension(s)"
-                ) from None
+                raise GuardEvaluationError(f"{rendered}: tensor has only {len(dims)} dimension(s)") from None
         if type(result) is not int:
             # A FakeTensor with symbolic shapes yields SymInt; we only do
             # concrete evaluation.
-            raise GuardEvaluationError(
-                f"{rendered} is a {type(result).__name__}, not a concrete int"
-            )
+            raise GuardEvaluationError(f"{rendered} is a {type(result).__name__}, not a concrete int")
         return result
 
     return load

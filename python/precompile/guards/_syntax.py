@@ -78,7 +78,6 @@ _OP_DESCRIPTIONS: Final[dict[type[ast.AST], str]] = {
 }
 
 
-
 def _dotted(node: ast.AST) -> str | None:
     """'abs' for Name('abs'), 'math.floor' for math.floor; None otherwise."""
     if isinstance(node, ast.Name):
