@@ -59,6 +59,7 @@ __all__ = [
     "_DynamoCacheEntry",
     "backend_capture",
     "bypassed_copy",
+    "caching_precompile",
     "counters",
     "debug_info",
     "entry_source_location",
@@ -69,6 +70,7 @@ __all__ = [
     "kernel_capture",
     "record_for_mega_cache",
     "register_library",
+    "set_caching_precompile",
     "source_id_from_fn",
     "swap_dynamo_cache",
 ]
@@ -142,6 +144,15 @@ def entry_source_location(entry: _DynamoCacheEntry) -> tuple[str | None, str | N
     except (TypeError, ValueError):
         line = None
     return qualname, source_file, line
+
+
+def caching_precompile() -> bool:
+    """Whether Dynamo records and looks up precompile entries."""
+    return bool(torch._dynamo.config.caching_precompile)
+
+
+def set_caching_precompile(on: bool) -> None:
+    torch._dynamo.config.caching_precompile = on
 
 
 def inductor_cache_dir() -> str:

@@ -231,8 +231,6 @@ def install(
     the previous installation.
     """
     global _active, _atexit_registered
-    import torch
-
     from .layers import open_layered
     from .remote import LiveCounters, open_remote
 
@@ -249,11 +247,11 @@ def install(
         if _active is not None:
             uninstall()
         previous = tc.swap_dynamo_cache(cache)
-        was_enabled = bool(torch._dynamo.config.caching_precompile)
+        was_enabled = tc.caching_precompile()
         _active = _Installation(cache, previous, was_enabled, save_on_exit)
         tc.PrecompileContext.save_to_dynamo_cache = classmethod(_save_to_dynamo_cache)  # type: ignore[method-assign,assignment]
         if enable:
-            torch._dynamo.config.caching_precompile = True
+            tc.set_caching_precompile(True)
         tc.kernel_capture.start()
         tc.guard_evaluation.start()
         tc.backend_capture.start()
@@ -271,14 +269,12 @@ def install(
 def uninstall() -> None:
     """Give torch its own DynamoCache back."""
     global _active
-    import torch
-
     with _lock:
         if _active is None:
             return
         tc.swap_dynamo_cache(None)
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
-        torch._dynamo.config.caching_precompile = _active.was_enabled
+        tc.set_caching_precompile(_active.was_enabled)
         tc.kernel_capture.stop()
         tc.guard_evaluation.stop()
         tc.backend_capture.stop()
