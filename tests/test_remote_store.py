@@ -21,6 +21,7 @@ import pytest
 from redis_servers import free_port, kill_on_command
 from synthetic import blob_bytes, load_entry, make_entries
 
+import precompile
 from precompile import (
     CorruptObjectError,
     MissingObjectError,
@@ -32,7 +33,9 @@ from precompile.remote import Remote, RemoteError
 from precompile.remote_layer import RemoteLayer
 from precompile.remote_sync import pull, push, remote_gc, remote_usage
 
-PYTHON_DIR = str(Path(__file__).resolve().parents[1] / "python")
+# Child processes import the same precompile as this one (the installed
+# package, or a source tree with its extension built).
+PYTHON_DIR = str(Path(precompile.__file__).resolve().parents[1])
 
 
 def _store(tmp_path: Path, name: str) -> Store:

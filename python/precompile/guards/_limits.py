@@ -16,6 +16,11 @@ MAX_GUARD_CHARS: Final = 1 << 20
 #: Left-associative operator chains (``a + b + c + ...``) are flattened first
 #: and do not count, since sympy prints long sums and products that way.
 MAX_DEPTH: Final = 100
+#: Longest left-associative chain of binary operators (``a + b + ...``):
+#: sympy prints long sums that way, but CPython's parser only reads so many,
+#: depending on the process's recursion limit, so a fixed cap keeps the
+#: answer the same in every process.
+MAX_CHAIN: Final = 1000
 #: Most AST nodes accepted in one expression.
 MAX_NODES: Final = 250_000
 #: Largest ``|exponent|`` accepted for ``int ** int``: a literal beyond it is a

@@ -6,7 +6,7 @@ import ast
 
 from ._compiler import _Compiler
 from ._errors import GuardSyntaxError
-from ._limits import MAX_DEPTH, MAX_GUARD_CHARS
+from ._limits import MAX_CHAIN, MAX_DEPTH, MAX_GUARD_CHARS
 from ._placeholders import _Fn
 
 
@@ -51,6 +51,26 @@ def _compile(source: str) -> tuple[_Fn, frozenset[str]]:
         raise GuardSyntaxError(f"guard expression is nested too deeply to parse (limit {MAX_DEPTH} levels)") from None
     except ValueError as e:  # e.g. null bytes, over-long int literals
         raise GuardSyntaxError(f"not a valid Python expression: {e}") from None
+    if _longest_chain(tree) > MAX_CHAIN:
+        # Whether CPython's parser gets this far depends on the recursion
+        # limit of the process; the answer must not.
+        raise GuardSyntaxError(f"guard expression is nested too deeply to parse (limit {MAX_DEPTH} levels)")
     compiler = _Compiler(stripped, col_shift)
     fn = compiler.expr(tree.body, 0)
     return fn, frozenset(compiler.names)
+
+
+def _longest_chain(tree: ast.AST) -> int:
+    """The longest run of binary operators each the left operand of the next."""
+    nodes = [n for n in ast.walk(tree) if isinstance(n, ast.BinOp)]
+    inner = {id(n.left) for n in nodes if isinstance(n.left, ast.BinOp)}
+    longest = 0
+    for top in nodes:
+        if id(top) in inner:
+            continue
+        length, cur = 0, top
+        while isinstance(cur, ast.BinOp):
+            length += 1
+            cur = cur.left
+        longest = max(longest, length)
+    return longest
