@@ -35,9 +35,11 @@ def test_installed_store_evaluates_guard_strings_itself(tmp_path: Path) -> None:
 def test_fx_graph_cache_hits_are_chosen_by_precompile_guards(tmp_path: Path) -> None:
     # The first process fills Inductor's caches with dynamic-shape entries;
     # the second, with the same Inductor cache dir but an empty store,
-    # compiles through those caches, which choose entries by guard string.
+    # compiles through those caches, which choose entries by guard string
+    # (the FX-graph cache, or on some releases the AOTAutograd cache first).
     run_scenario("dynamic", "compile", tmp_path / "store1", tmp_path)
     second = run_scenario("dynamic", "compile", tmp_path / "store2", tmp_path)
-    assert counter(second, "inductor", "fxgraph_cache_hit") >= 1, second["counters"]
+    hits = counter(second, "inductor", "fxgraph_cache_hit") + counter(second, "aot_autograd", "autograd_cache_hit")
+    assert hits >= 1, second["counters"]
     assert counter(second, "precompile", "guard_evaluations") >= 1, second["counters"]
     assert counter(second, "precompile", "guards_refused") == 0
