@@ -14,17 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import (
-    BarColumn,
     MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeRemainingColumn,
 )
 from rich.table import Table
 
@@ -46,39 +41,11 @@ def _open(url: str) -> Remote:
     return remote
 
 
-class CountProgress:
+class CountProgress(ByteProgress):
     """A progress bar in refs on stderr, shown only on a terminal after a moment."""
 
-    DELAY = 0.3
-
-    def __init__(self, console: Console, description: str) -> None:
-        self.console, self.description = console, description
-        self.start = time.monotonic()
-        self.bar: Progress | None = None
-        self.task: Any = None
-
-    def __call__(self, done: int, total: int) -> None:
-        if self.bar is None:
-            if not self.console.is_terminal or time.monotonic() - self.start < self.DELAY:
-                return
-            self.bar = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeRemainingColumn(),
-                console=self.console,
-                transient=True,
-            )
-            self.bar.start()
-            self.task = self.bar.add_task(self.description, total=total)
-        self.bar.update(self.task, completed=done, total=total)
-
-    def __enter__(self) -> CountProgress:  # noqa: PYI034 (a final helper class)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.stop()
+    def columns(self) -> list[Any]:
+        return [MofNCompleteColumn()]
 
 
 def _report(args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]) -> int:

@@ -92,8 +92,7 @@ class ByteProgress:
             self.bar = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                DownloadColumn(binary_units=True),
-                TransferSpeedColumn(),
+                *self.columns(),
                 TimeRemainingColumn(),
                 console=self.console,
                 transient=True,
@@ -101,6 +100,10 @@ class ByteProgress:
             self.bar.start()
             self.task = self.bar.add_task(self.description, total=total or None)
         self.bar.update(self.task, completed=done, total=total or None)
+
+    def columns(self) -> list[Any]:
+        """What counts progress: bytes done and their rate."""
+        return [DownloadColumn(binary_units=True), TransferSpeedColumn()]
 
     def __enter__(self) -> ByteProgress:
         return self
