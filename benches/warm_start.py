@@ -17,6 +17,12 @@ plus the first call, in-process (the cache lookup happens inside
 - fresh machine: a new Inductor cache dir (and Triton cache dir), only the
   store travels (torch: its `dynamo/` dir; precompile: the store dir).
 
+Eager PyTorch (no compile) runs the same first calls in fresh processes: the
+floor a warm start is measured against. Each fresh run also reports the wall
+time from spawning the process to its first output (interpreter, imports and
+all), and precompile's own share of the first calls (`of which store`).
+`--profile DIR` writes a cProfile summary of every fresh first call.
+
 It also reports bytes on disk for one model and for K=8 functions that share
 kernels, and precompile's per-entry overhead (ref lookup + verify + map).
 `breaks` is 24 identical blocks with a graph break after each (24 frames,
@@ -58,7 +64,10 @@ def child(args: argparse.Namespace) -> None:
     import corpus
     import models
 
-    torch._dynamo.config.caching_precompile = True
+    torch._dynamo.config.caching_precompile = args.store != "eager"
+    # Eager PyTorch runs the same calls without compiling: the floor.
+    compile_fn = (lambda m: m) if args.store == "eager" else torch.compile
+    corpus.compile_fn = compile_fn
     if args.store == "precompile":
         import precompile
 
@@ -83,41 +92,49 @@ def child(args: argparse.Namespace) -> None:
     out: dict = {}
     if args.model == "shared":
         sys.path.insert(0, args.work)
-        mod = __import__(models.shared_kernel_module(8, args.work) if args.phase == "cold" else "shared_blocks")
+        mod = __import__(
+            models.shared_kernel_module(8, args.work)
+            if args.phase == "cold" or args.store == "eager"
+            else "shared_blocks"
+        )
         x = torch.randn(16, 32, device=args.device)
         w1 = torch.randn(32, 64, device=args.device)
         w2 = torch.randn(64, 32, device=args.device)
         # torch.compile() itself looks the function up in the cache and
         # installs what it finds, so the clock starts before it.
-        start = time.perf_counter()
+        start = _start_clock(args)
         for i in range(8):
-            torch.compile(getattr(mod, f"block_{i}"))(x, w1, w2)
+            compile_fn(getattr(mod, f"block_{i}"))(x, w1, w2)
         if args.device == "cuda":
             torch.cuda.synchronize()
     elif args.model in corpus.MODELS:
         reason = corpus.missing_reason(args.model)  # imports the model's library
         if reason is not None:
             raise SystemExit(reason)
-        start = time.perf_counter()
+        start = _start_clock(args)
         corpus.run(args.model)
     else:
         if args.model == "breaks":
             sys.path.insert(0, args.work)
-            name = models.breaks_module(24, args.work) if args.phase == "cold" else "breaky_24"
+            name = models.breaks_module(24, args.work) if args.phase == "cold" or args.store == "eager" else "breaky_24"
             torch.manual_seed(0)
             model = __import__(name).Breaky().to(args.device)
             x = torch.randn(8, 16, 64, device=args.device)
         else:
             model, x = models.build(args.model, args.device)
         with torch.no_grad():
-            start = time.perf_counter()
-            torch.compile(model)(x)
+            start = _start_clock(args)
+            compile_fn(model)(x)
             if args.device == "cuda":
                 torch.cuda.synchronize()
     out["first_call_s"] = time.perf_counter() - start
+    # Wall time from the parent's spawn to the first output: interpreter and
+    # torch import included, as a serving process pays it.
+    out["process_to_output_s"] = time.time() - float(args.launched)
+    _stop_clock(args)
     if args.store == "precompile":
         out["store_load_s"] = spent[0]
-    if args.phase == "cold":
+    if args.phase == "cold" and args.store != "eager":
         if args.store == "precompile":
             precompile.save()
         else:
@@ -141,18 +158,51 @@ def child(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps(out))
 
 
+_profiler = None
+
+
+def _start_clock(args: argparse.Namespace) -> float:
+    """Start the first-call clock, and the profiler when --profile asks."""
+    global _profiler
+    if args.profile:
+        import cProfile
+
+        _profiler = cProfile.Profile()
+        _profiler.enable()
+    return time.perf_counter()
+
+
+def _stop_clock(args: argparse.Namespace) -> None:
+    if _profiler is None:
+        return
+    import pstats
+
+    _profiler.disable()
+    name = f"{args.store}-{args.model}-{args.phase}-{os.getpid()}"
+    Path(args.profile).mkdir(parents=True, exist_ok=True)
+    with open(Path(args.profile) / f"{name}.txt", "w") as f:
+        stats = pstats.Stats(_profiler, stream=f).sort_stats("cumulative")
+        stats.print_stats(60)
+        stats.sort_stats("tottime").print_stats(40)
+
+
 # --------------------------------------------------------------- parent side
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
 
-def _compiler_spy(bin_dir: Path, log: Path) -> None:
-    """Wrappers for the C/C++ compilers in `bin_dir` that log each call."""
+def _compiler_spy(bin_dir: Path, log: Path, env: dict[str, str]) -> None:
+    """Wrappers for the C/C++ compilers in `bin_dir` that log each call; the
+    compiler `CC` names (Triton builds its stubs with it) is wrapped too."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name in _COMPILERS:
-        real = shutil.which(name)
+    wanted = {name: shutil.which(name) for name in _COMPILERS}
+    if env.get("CC"):
+        wanted["cc-from-env"] = shutil.which(env["CC"]) or env["CC"]
+    for name, real in wanted.items():
         if real is not None and not (bin_dir / name).exists():
             (bin_dir / name).write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
             (bin_dir / name).chmod(0o755)
+    if env.get("CC"):
+        env["CC"] = str(bin_dir / "cc-from-env")
 
 
 def _compiler_runs(log: Path) -> int:
@@ -162,12 +212,14 @@ def _compiler_runs(log: Path) -> int:
     return sum(1 for line in log.read_text().splitlines() if line.split()[1:] not in (["-v"], ["--version"]))
 
 
-def run_child(store: str, phase: str, model: str, device: str, work: Path, inductor: Path, store_dir: Path) -> dict:
+def run_child(
+    store: str, phase: str, model: str, device: str, work: Path, inductor: Path, store_dir: Path, profile: str = ""
+) -> dict:
     out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
     env = dict(os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
     env["TRITON_CACHE_DIR"] = str(inductor / "triton")
-    _compiler_spy(work / "bin", work / "compiler.log")
+    _compiler_spy(work / "bin", work / "compiler.log", env)
     env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("CXX", None)
     cmd = [
@@ -188,9 +240,12 @@ def run_child(store: str, phase: str, model: str, device: str, work: Path, induc
         str(store_dir),
         "--out",
         str(out),
+        "--profile",
+        profile,
+        "--launched",
     ]
     (work / "compiler.log").unlink(missing_ok=True)
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    proc = subprocess.run([*cmd, repr(time.time())], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["?"])[-1]
         print(f"  {store}/{model}/{phase} crashed: {last}", file=sys.stderr)
@@ -207,10 +262,19 @@ def _median(runs: list[dict], key: str) -> float | None:
     return statistics.median(r.get(key, float("nan")) for r in runs)
 
 
-def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dict:
+def measure(store: str, model: str, device: str, root: Path, repeat: int, profile: str = "") -> dict:
     work = root / f"{store}-{model}"
     work.mkdir(parents=True)
     inductor = work / "inductor"
+    if store == "eager":
+        # No store and nothing to warm: only first calls in fresh processes.
+        runs = [run_child(store, "fresh", model, device, work, work / f"fresh{i}", work) for i in range(repeat)]
+        first = _median(runs, "first_call_s")
+        return {
+            "fresh": first,
+            "fresh_to_output": _median(runs, "process_to_output_s"),
+            "fresh_compiler_runs": runs[-1].get("compiler_runs"),
+        }
     store_dir = work / "store" if store == "precompile" else inductor / "dynamo"
     cold = run_child(store, "cold", model, device, work, inductor, store_dir)
     warm = [run_child(store, "warm", model, device, work, inductor, store_dir) for _ in range(repeat)]
@@ -222,11 +286,12 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int) -> dic
             # torch's entries live inside the Inductor cache dir: carry only them.
             fresh_store = fresh_inductor / "dynamo"
             shutil.copytree(store_dir, fresh_store)
-        fresh.append(run_child(store, "fresh", model, device, work, fresh_inductor, fresh_store))
+        fresh.append(run_child(store, "fresh", model, device, work, fresh_inductor, fresh_store, profile))
     return {
         "cold": _median([cold], "first_call_s"),
         "warm": _median(warm, "first_call_s"),
         "fresh": _median(fresh, "first_call_s"),
+        "fresh_to_output": _median(fresh, "process_to_output_s"),
         "bytes": _du(store_dir),
         "overhead_ms": _median(warm, "entry_overhead_ms"),
         "fresh_store_load_s": _median(fresh, "store_load_s"),
@@ -247,13 +312,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
     c = sub.add_parser("child")
-    for name in ("--store", "--phase", "--model", "--device", "--work", "--store-dir", "--out"):
+    for name in ("--store", "--phase", "--model", "--device", "--work", "--store-dir", "--out", "--launched"):
         c.add_argument(name, required=True)
+    c.add_argument("--profile", default="")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--models", default="mlp,transformer")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--no-shared", action="store_true", help="skip the K=8 shared-kernel case")
+    ap.add_argument("--profile", default="", help="write a cProfile summary of each fresh-machine first call here")
     args = ap.parse_args()
     if args.cmd == "child":
         child(args)
@@ -262,9 +329,9 @@ def main() -> None:
     results: dict = {}
     try:
         for model in _models(args):
-            for store in ("torch", "precompile"):
+            for store in ("eager", "torch", "precompile"):
                 repeat = args.repeat if model != "shared" else 1
-                results[(model, store)] = measure(store, model, args.device, root, repeat)
+                results[(model, store)] = measure(store, model, args.device, root, repeat, args.profile)
                 print(f"  measured {model} / {store}", file=sys.stderr)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -278,33 +345,42 @@ def _models(args: argparse.Namespace) -> list[str]:
 
 
 def print_table(results: dict, args: argparse.Namespace) -> None:
-    print(f"\nwarm start, device={args.device}, median of {args.repeat} fresh processes (first call, in-process)")
-    print(f"{'model':<20}{'metric':<22}{'torch':>12}{'precompile':>12}{'torch/ours':>12}")
+    print(f"\nwarm start, device={args.device}, median of {args.repeat} fresh processes (first calls, in-process)")
+    print(
+        f"{'model':<20}{'metric':<26}{'eager':>10}{'torch':>12}{'precompile':>12}{'torch/ours':>12}{'ours/eager':>12}"
+    )
     rows = [
         ("cold compile s", "cold"),
         ("warm (all caches) s", "warm"),
         ("fresh machine s", "fresh"),
+        ("  process start->output s", "fresh_to_output"),
         ("bytes on disk", "bytes"),
     ]
 
-    def cell(v: object, fmt: str) -> str:
-        return fmt.format(v) if v is not None else f"{'crash':>12}"
+    def cell(v: object, fmt: str, width: int = 12) -> str:
+        if v is None:
+            return f"{'crash':>{width}}"
+        return fmt.format(v).rjust(width)
 
     for model in _models(args):
-        t, p = results[(model, "torch")], results[(model, "precompile")]
+        e, t, p = results[(model, "eager")], results[(model, "torch")], results[(model, "precompile")]
         label = model if model != "shared" else "K=8 shared"
         for title, key in rows:
-            fmt = "{:>12.0f}" if key == "bytes" else "{:>12.3f}"
-            ratio = f"{t[key] / p[key]:>11.1f}x" if t[key] is not None and p[key] else f"{'-':>12}"
-            print(f"{label:<20}{title:<22}" + cell(t[key], fmt) + cell(p[key], fmt) + ratio)
-        print(f"{label:<20}{'  of which store s':<22}{'':>12}" + cell(p["fresh_store_load_s"], "{:>12.3f}"))
+            fmt = "{:.0f}" if key == "bytes" else "{:.3f}"
+            ratio = f"{t[key] / p[key]:>11.2f}x" if t[key] is not None and p[key] else f"{'-':>12}"
+            eager = e.get(key, "-") if key in e else "-"
+            floor = f"{p[key] / e[key]:>11.2f}x" if key in e and e[key] and p[key] is not None else f"{'-':>12}"
+            eager_cell = cell(eager, fmt, 10) if eager != "-" else f"{'-':>10}"
+            print(f"{label:<20}{title:<26}" + eager_cell + cell(t[key], fmt) + cell(p[key], fmt) + ratio + floor)
+        print(f"{label:<20}{'  of which store s':<26}{'':>10}{'':>12}" + cell(p["fresh_store_load_s"], "{:.3f}"))
         for title, key in (
             ("fresh graphs compiled", "fresh_graphs_compiled"),
             ("fresh compiler runs", "fresh_compiler_runs"),
         ):
-            print(f"{label:<20}{title:<22}" + cell(t[key], "{:>12}") + cell(p[key], "{:>12}"))
+            eager_cell = cell(e[key], "{}", 10) if key in e else f"{'-':>10}"
+            print(f"{label:<20}{title:<26}" + eager_cell + cell(t[key], "{}") + cell(p[key], "{}"))
         if model != "shared":
-            print(f"{label:<20}{'store overhead ms':<22}{'':>12}" + cell(p["overhead_ms"], "{:>12.3f}"))
+            print(f"{label:<20}{'store overhead ms':<26}{'':>10}{'':>12}" + cell(p["overhead_ms"], "{:.3f}"))
     print()
 
 

@@ -59,7 +59,17 @@ def test_cuda_second_process_loads_triton_kernels_from_the_store(tmp_path: Path)
     # left its IR behind.
     assert any(f.endswith(".cubin") for f in emitted), emitted
     assert not any(f.endswith(_IR_SUFFIXES) for f in emitted), emitted
+    # No C compiler ran, Triton's own stubs included (its build honours CC,
+    # which the spy wraps): they came from the store, into the empty cache.
     assert b["compiler_runs"] == []
+    assert counter(b, "precompile", "triton_stubs_placed") >= 1, b["counters"]
+    stubs = [f for f in _triton_files(tmp_path / "load") if f.endswith(".so")]
+    assert stubs, "the driver stub should be in the fresh Triton cache"
+    # Every kernel loaded in this process: no compile worker pool started.
+    assert b["child_processes"] == 0
+    # The compiling process memoized the install hashes for this host.
+    assert counter(b, "precompile", "triton_key_memo_hit") == 1, b["counters"]
+    assert counter(b, "precompile", "torch_key_memo_hit") == 1, b["counters"]
 
 
 def test_cuda_identical_kernels_are_stored_once(tmp_path: Path) -> None:

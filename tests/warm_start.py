@@ -16,16 +16,24 @@ SCENARIO = Path(__file__).parent / "programs" / "scenario.py"
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
 
-def compiler_spy(bin_dir: Path, log: Path) -> None:
-    """Put wrappers for the C/C++ compilers in `bin_dir` that log each call."""
+def compiler_spy(bin_dir: Path, log: Path, env: dict[str, str] | None = None) -> None:
+    """Put wrappers for the C/C++ compilers in `bin_dir` that log each call.
+
+    A compiler named by `CC` in `env` (Triton builds its stubs with it) is
+    wrapped too, and `env["CC"]` pointed at the wrapper.
+    """
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name in _COMPILERS:
-        real = shutil.which(name)
+    wanted = {name: shutil.which(name) for name in _COMPILERS}
+    if env is not None and env.get("CC"):
+        wanted["cc-from-env"] = shutil.which(env["CC"]) or env["CC"]
+    for name, real in wanted.items():
         if real is None:
             continue
         script = bin_dir / name
         script.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{real}" "$@"\n')
         script.chmod(0o755)
+    if env is not None and env.get("CC"):
+        env["CC"] = str(bin_dir / "cc-from-env")
 
 
 _VERSION_QUERIES = ("--version", "-v")
@@ -61,8 +69,8 @@ def run_scenario(
     side = work / mode
     side.mkdir(parents=True, exist_ok=True)
     log = side / "compiler.log"
-    compiler_spy(side / "bin", log)
     env = dict(os.environ)
+    compiler_spy(side / "bin", log, env)
     env.update(
         TORCHINDUCTOR_CACHE_DIR=str(side / "inductor"),
         TRITON_CACHE_DIR=str(side / "triton"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ._torch_compat import BundledAOTAutogradCacheArtifact
+from ._torch_compat import BundledAOTAutogradCacheArtifact, in_process_kernel_loads
 from .results import StoredBackend
 
 __all__ = ["StoredBackendArtifact"]
@@ -38,6 +38,12 @@ class StoredBackendArtifact(BundledAOTAutogradCacheArtifact):
     @content.setter
     def content(self, value: Any) -> None:
         self._edited = value
+
+    def after_deserialization(self) -> Any:
+        # The kernels were placed in the caches when the entry was read:
+        # loading them needs no compile worker pool (see the adapter).
+        with in_process_kernel_loads():
+            return super().after_deserialization()
 
     @property
     def stored_digest(self) -> str | None:

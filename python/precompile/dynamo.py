@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from . import _torch_compat as tc
-from . import explain, restore
+from . import explain, host_keys, restore
 from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
@@ -129,6 +129,9 @@ class StoreDynamoCache(tc.DynamoStore):
             entry = fetch_entry(self.store, digest)
         except Exception as e:
             return self._load_failed(key, e, fn)
+        # Loading its backends hashes torch's (and for a GPU entry Triton's)
+        # installation: use the memoized hashes where the install matches.
+        host_keys.prime(self.store, self.writable, gpu=entry.dynamo.device_type != "cpu")
         # Checked before torch sees it: an entry that does not restore here
         # is a miss with its reason, never an error in the user's call.
         restored = restore.prepare(fn, key, entry)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from . import kernels, module_aliases
+from . import host_keys, kernels, module_aliases, triton_stubs
 from ._torch_compat import (
     TORCH_VERSION,
     TRITON_VERSION,
@@ -46,10 +46,12 @@ class SaveMemo:
     `backends`: backend manifests by artifact identity (the same artifact
     reached from several entries is serialized once). `isa`: the stored
     instruction-set probes, the same for every CPU entry of the save.
+    `stubs`: the stored Triton stub libraries, the same for every GPU entry.
     """
 
     backends: dict[int, str] = dataclasses.field(default_factory=dict)
     isa: tuple[tuple[str, str], ...] | None = None
+    stubs: tuple[tuple[str, str, str], ...] | None = None
 
 
 def ref_name(key: str) -> str:
@@ -111,7 +113,14 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     if entry.dynamo.device_type == "cpu":
         if memo.isa is None:
             memo.isa = _put_isa_probes(store)
+            host_keys.record(store, gpu=False)
         isa = memo.isa
+    stubs: tuple[tuple[str, str, str], ...] = ()
+    if entry.dynamo.device_type != "cpu":
+        if memo.stubs is None:
+            memo.stubs = triton_stubs.put_stubs(store)
+            host_keys.record(store, gpu=True)
+        stubs = memo.stubs
     qualname, source_file, line = entry_source_location(entry.dynamo)
     meta = EntryMeta(
         key=key,
@@ -122,6 +131,7 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
         dynamo=dynamo,
         backends=backends,
         isa=isa,
+        triton_stubs=stubs,
     )
     digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
     store.set_ref(ref_name(key), digest)
@@ -145,8 +155,9 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
     if meta.torch != TORCH_VERSION:
         raise ValueError(f"entry was saved by torch {meta.torch}, this is {TORCH_VERSION}")
     isa = [(kernels.validate_library_path(rel), d) for rel, d in meta.isa]
+    stubs = [(*triton_stubs.validate(key, name), d) for key, name, d in meta.triton_stubs]
     blobs: dict[str, Any] = {}
-    needed = meta.dynamo.children() + [d for _, d in isa]
+    needed = meta.dynamo.children() + [d for _, d in isa] + [d for _, _, d in stubs]
     # Backend manifests by digest: a backend several codes use is read once.
     stored: dict[str, StoredBackend | PickledRef] = {}
     for use in meta.backends.values():
@@ -182,4 +193,6 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
     for held in stored.values():
         if isinstance(held, StoredBackend):
             held.place_libraries(cache_dir)
+    # Before any kernel of the entry loads: Triton builds its stubs then.
+    triton_stubs.place([(key, name, blobs[d]) for key, name, d in stubs])
     return PrecompileCacheEntry(dynamo=dynamo, backends=backends)

@@ -360,9 +360,11 @@ class EntryMeta(_Record):
     dynamo: PickledRef
     backends: Mapping[str, BackendUse]
     isa: tuple[tuple[str, str], ...] = ()
+    # Triton's C stub libraries: (Triton cache dir name, file name, digest).
+    triton_stubs: tuple[tuple[str, str, str], ...] = ()
 
     def children(self) -> list[str]:
-        out = self.dynamo.children() + [d for _, d in self.isa]
+        out = self.dynamo.children() + [d for _, d in self.isa] + [d for _, _, d in self.triton_stubs]
         for use in self.backends.values():
             out.append(use.manifest)
             if use.binding is not None:
@@ -383,6 +385,7 @@ class EntryMeta(_Record):
             "dynamo": self.dynamo.to_json(),
             "backends": {bid: use.to_json() for bid, use in sorted(self.backends.items())},
             "isa": [list(pair) for pair in self.isa],
+            "triton_stubs": [list(stub) for stub in self.triton_stubs],
         }
 
     @classmethod
@@ -392,6 +395,12 @@ class EntryMeta(_Record):
         isa = _need(doc, "isa", list)
         if not all(isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p) for p in isa):
             raise FormatError("entry isa is not a list of [relpath, digest]")
+        # Absent in entries written before stubs were shipped: none.
+        stubs = doc.get("triton_stubs", [])
+        if not isinstance(stubs, list) or not all(
+            isinstance(s, list) and len(s) == 3 and all(isinstance(x, str) for x in s) for s in stubs
+        ):
+            raise FormatError("entry triton_stubs is not a list of [key, filename, digest]")
         return cls(
             key=_need(doc, "key", str),
             torch=_need(doc, "torch", str),
@@ -403,6 +412,7 @@ class EntryMeta(_Record):
             dynamo=PickledRef.from_json(doc.get("dynamo")),
             backends={str(b): BackendUse.from_json(u) for b, u in backends.items()},
             isa=tuple((p[0], p[1]) for p in isa),
+            triton_stubs=tuple((s[0], s[1], s[2]) for s in stubs),
         )
 
 

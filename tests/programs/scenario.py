@@ -182,6 +182,22 @@ SCENARIOS = {
 }
 
 
+def _child_processes() -> int:
+    """Live child processes of this one (Inductor's compile pool is one)."""
+    count = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                # The command name (field 2) may hold spaces; ppid follows it.
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        count += ppid == os.getpid()
+    return count
+
+
 def main() -> None:
     name, mode, store, out_path = sys.argv[1:5]
     from torch._dynamo.utils import counters
@@ -230,6 +246,7 @@ def main() -> None:
                 "frames": torch._dynamo.convert_frame.FRAME_COUNTER,
                 "counters": {k: dict(v) for k, v in counters.items()},
                 "report": report,
+                "child_processes": _child_processes(),
             },
             f,
         )
