@@ -107,3 +107,23 @@ def test_fingerprint_sees_an_edit_that_keeps_size_and_mtime(tmp_path: Path) -> N
     os.utime(g, ns=(st.st_atime_ns, st.st_mtime_ns))
     time.sleep(TOO_NEW_S + 0.2)
     assert fingerprint("k", [str(f), str(g)]) not in (None, fingerprint("k", [str(f)]))
+
+
+def test_memos_stay_on_their_host(tmp_path: Path) -> None:
+    """`ls`, `export` and `push` leave host memos out unless named."""
+    import precompile
+    from precompile.paths import shared_refs
+
+    root = tmp_path / "store"
+    store = precompile.Store(str(root))
+    store.set_ref("dynamo/entry", store.put_manifest([store.put(b"code")], {"kind": "test"}))
+    store.set_ref("host/torch_key/" + "0" * 64, store.put(b"ab" * 16))
+    assert shared_refs(store.refs()) == ["dynamo/entry"]
+    cli = [sys.executable, "-m", "precompile", "--store", str(root)]
+    listed = json.loads(subprocess.run([*cli, "ls", "--json"], capture_output=True, check=True).stdout)
+    assert [r["name"] for r in listed] == ["dynamo/entry"]
+    asked = json.loads(subprocess.run([*cli, "ls", "host/", "--json"], capture_output=True, check=True).stdout)
+    assert [r["name"] for r in asked] == ["host/torch_key/" + "0" * 64]
+    bundle = tmp_path / "ship.bundle"
+    subprocess.run([*cli, "export", str(bundle)], capture_output=True, check=True)
+    assert precompile.open_bundle(str(bundle)).refs() == ["dynamo/entry"]

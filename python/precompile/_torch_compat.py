@@ -73,6 +73,7 @@ __all__ = [
     "picklable_triton_bundle",
     "inductor_cache_dir",
     "kernel_capture",
+    "lazy_kernel_templates",
     "record_for_mega_cache",
     "register_library",
     "set_caching_precompile",
@@ -990,3 +991,75 @@ def install_hashes(gpu: bool) -> list[InstallHash]:
     if gpu:
         found.append(_triton_key_hash())
     return [h for h in found if h is not None]
+
+
+class _LazyTemplate:
+    """A jinja template compiled on first use, then used as itself."""
+
+    __slots__ = ("_compile", "_lock", "_template")
+
+    def __init__(self, compile: Callable[[], Any]) -> None:
+        self._compile = compile
+        self._template: Any = None
+        self._lock = threading.Lock()
+
+    def _get(self) -> Any:
+        if self._template is None:
+            with self._lock:
+                if self._template is None:
+                    self._template = self._compile()
+        return self._template
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._get(), name)
+
+    def __bool__(self) -> bool:
+        return self._get() is not None
+
+    def __repr__(self) -> str:
+        return f"<lazy {self._template!r}>" if self._template is not None else "<lazy template, not compiled yet>"
+
+
+class _LazyKernelTemplates:
+    """Inductor's kernel templates, compiled when a compile first renders one.
+
+    Importing Inductor's kernel modules builds every Triton template (matmul,
+    convolution, flex attention, ...) and compiles each with jinja: tenths of
+    a second, paid by a process that only loads stored graphs, which render
+    none. While a store is installed, templates built from then on compile on
+    first use instead; what they render is the same, so a compile that uses
+    them behaves as before.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+
+    def start(self) -> None:
+        if self._original is not None:
+            return
+        try:
+            from torch._inductor.codegen.common import KernelTemplate
+        except ImportError:
+            return
+        original = KernelTemplate.__dict__.get("_template_from_string")
+        if not isinstance(original, staticmethod):
+            return  # a torch whose templates are built another way
+        function = original.__func__
+        self._original = original
+
+        @functools.wraps(function)
+        def _template_from_string(source: str) -> Any:
+            return _LazyTemplate(lambda: function(source))
+
+        KernelTemplate._template_from_string = staticmethod(_template_from_string)  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        if self._original is None:
+            return
+        from torch._inductor.codegen.common import KernelTemplate
+
+        KernelTemplate._template_from_string = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+lazy_kernel_templates = _LazyKernelTemplates()

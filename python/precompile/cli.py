@@ -77,7 +77,12 @@ def _where(info: dict[str, Any] | None) -> str:
 
 
 def cmd_ls(args: argparse.Namespace, src: Source) -> int:
-    refs = [r for r in src.usage()["refs"] if r["name"].startswith(args.prefix)]
+    refs = [
+        r
+        for r in src.usage()["refs"]
+        if r["name"].startswith(args.prefix)
+        and (paths.is_host_local(args.prefix) or not paths.is_host_local(r["name"]))
+    ]
     for r in refs:
         r["entry"] = _entry_info(src, r["digest"])
     if args.json:
@@ -300,7 +305,8 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
         if store.get_ref(name) is None:
             raise UsageError(f"no ref named {name!r}")
     with ByteProgress(err, "exporting") as bar:
-        doc: dict[str, Any] = dict(store.export_bundle(args.refs or None, args.out, progress=bar, sign_with=args.sign))
+        names = args.refs or paths.shared_refs(store.refs())
+        doc: dict[str, Any] = dict(store.export_bundle(names, args.out, progress=bar, sign_with=args.sign))
     doc["path"] = args.out
     doc["signed"] = args.sign is not None
     if args.json:

@@ -262,6 +262,7 @@ def install(
         tc.install_hardening.start()
         tc.source_pickling.start()
         tc.unbound_global_names.start()
+        tc.lazy_kernel_templates.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
@@ -284,6 +285,7 @@ def uninstall() -> None:
         tc.install_hardening.stop()
         tc.source_pickling.stop()
         tc.unbound_global_names.stop()
+        tc.lazy_kernel_templates.stop()
         explain.end()
         _active = None
 

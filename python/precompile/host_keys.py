@@ -15,7 +15,8 @@ fingerprint also covers the interpreter, whose version names the files read.
 
 Memos are refs `host/<name>/<fingerprint>` naming a blob that holds the
 value (docs/FORMAT.md). They are written to the writable store only; a
-read-only store is read.
+read-only store is read. They describe this host, so `ls`, `push` and
+`export` leave them out unless named.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import time
 
 from . import _torch_compat as tc
 from ._core import blake3_hex
+from .paths import HOST_LOCAL_PREFIX
 from .protocols import ReadStore, WriteStore
 
 __all__ = ["MEMO_PREFIX", "fingerprint", "prime", "record"]
 
 log = logging.getLogger(__name__)
 
-MEMO_PREFIX = "host/"
+MEMO_PREFIX = HOST_LOCAL_PREFIX
 
 # Names handled in this process: each hash is primed or computed once.
 _done: set[str] = set()

@@ -12,7 +12,20 @@ import os
 import re
 import tempfile
 
-__all__ = ["default_store_path", "inductor_cache_dir"]
+__all__ = ["HOST_LOCAL_PREFIX", "default_store_path", "inductor_cache_dir", "is_host_local", "shared_refs"]
+
+# Refs that describe this host, not compiled code (memoized install hashes,
+# see `host_keys`): listed, sent and exported only when asked for by name.
+HOST_LOCAL_PREFIX = "host/"
+
+
+def is_host_local(ref: str) -> bool:
+    return ref.startswith(HOST_LOCAL_PREFIX)
+
+
+def shared_refs(refs: list[str]) -> list[str]:
+    """`refs` without the host-local ones: what a push or export sends by default."""
+    return [r for r in refs if not is_host_local(r)]
 
 
 def inductor_cache_dir() -> str:

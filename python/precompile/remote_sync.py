@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._core import MissingObjectError, Store, StoreError
+from .paths import shared_refs
 from .remote import MANIFEST_MAGIC, Remote, manifest_children
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
@@ -66,8 +67,9 @@ def push(
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> SyncReport:
-    """Upload refs `names` (default: all local refs) and what they reach."""
-    names = list(store.refs() if names is None else names)
+    """Upload refs `names` (default: all local refs but the host-local
+    ones) and what they reach."""
+    names = list(shared_refs(store.refs()) if names is None else names)
     refs: dict[str, str] = {}
     for name in names:
         digest = store.get_ref(name)
