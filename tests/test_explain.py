@@ -123,6 +123,21 @@ def test_an_entry_that_does_not_restore_is_a_named_miss(
     assert f"MISS    {reason}: MLP.forward" in text
 
 
+def test_a_bypassed_code_is_a_named_miss(compiled_store, scenario, tmp_path: Path, capsys) -> None:
+    # torch marks a code bypassed when it could not save its guards: the
+    # entry still loads (its other codes serve), and the code is a miss.
+    store = _copy(compiled_store[0], tmp_path)
+    (key,) = compiled_store[1]["report"]["entries"]
+    with precompile.installed(store, save_on_exit=False) as cache:
+        bypassed = _broken(cache.read(key), bypassed=True, guarded_codes=[])
+        with pytest.warns(precompile.PrecompileWarning, match="bypassed"):
+            assert restore.prepare(scenario.MLP.forward, key, bypassed) is not None
+    assert counters["precompile"]["miss_bypassed"] == 1
+    (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    assert miss["reason"] == "bypassed" and "MLP.forward" in miss["detail"]
+    assert "MISS    bypassed: MLP.forward" in _explain(store, capsys)
+
+
 def test_a_corrupt_entry_is_a_named_miss(compiled_store, scenario, tmp_path: Path, capsys) -> None:
     store = _copy(compiled_store[0], tmp_path)
     s = precompile.Store(str(store))

@@ -243,3 +243,130 @@ def test_ls_and_show_name_the_function(store: Path) -> None:
     assert "sin_cos" in table and "test_torch_contract.py:" in table
     shown = subprocess.run([*cli, "show", ref["name"]], capture_output=True, text=True, check=True, env=wide).stdout
     assert "_functions.<locals>.sin_cos" in shown and f"torch {torch.__version__}" in shown
+
+
+def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
+    """The guard state the store checked is the one torch installs; every
+    other read of a guard state unpickles afresh."""
+    import torch._dynamo.package as dynamo_package
+
+    from precompile import _torch_compat as tc
+
+    _sin_cos, _cos_plus, _with_break = _functions()
+    x = torch.randn(3, 2)
+    expected = _sin_cos(x)
+    torch.compile(_sin_cos)(x)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+    entry = DynamoCache.load(_sin_cos)  # checked: each guard state unpickled once
+    assert entry is not None
+    (code,) = entry.dynamo.codes
+    (guarded,) = code.guarded_codes
+    handed = []
+    unpickle = dynamo_package.load_guards_state
+
+    def spy(guards_state: bytes) -> object:
+        state = unpickle(guards_state)
+        handed.append(state)
+        return state
+
+    tc.guard_state_handoff.stop()
+    dynamo_package.load_guards_state = spy  # the spy is now torch's function
+    try:
+        tc.guard_state_handoff.start()
+        checked = tc.load_guards_state(guarded.guards_state)
+        assert handed == [checked]  # the check unpickles with torch's function
+        # torch's call for the same bytes gets that state, once, without
+        # unpickling again.
+        assert dynamo_package.load_guards_state(guarded.guards_state) is checked
+        assert handed == [checked]
+        again = dynamo_package.load_guards_state(guarded.guards_state)
+        assert again is not checked and handed == [checked, again]
+        # Equal bytes in another object are not what was checked.
+        tc.load_guards_state(guarded.guards_state)
+        fresh = dynamo_package.load_guards_state(bytes(bytearray(guarded.guards_state)))
+        assert fresh is handed[-1] and len(handed) == 4
+    finally:
+        tc.guard_state_handoff.stop()
+        dynamo_package.load_guards_state = unpickle
+        tc.guard_state_handoff.start()
+    _reset()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(_sin_cos)(x), expected)
+
+
+class _Scaled:
+    scale = 2.0
+
+
+class _OtherScaled:
+    scale = 2.0
+
+
+def _by_class(x: torch.Tensor, cfg: object) -> torch.Tensor:
+    # Reading an attribute of the argument's class makes Dynamo guard on the
+    # class's identity (CLASS_MATCH), as transformers' encoder-decoders do
+    # with type(self.config).
+    return x * type(cfg).scale
+
+
+def _stored_variants(fn: object) -> list[tuple[bool, int]]:
+    entry = DynamoCache.load(fn)
+    assert entry is not None
+    return [(code.bypassed, len(code.guarded_codes)) for code in entry.dynamo.codes]
+
+
+def test_a_class_identity_guard_is_kept_and_checked(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.randn(3)
+    expected = _by_class(x, _Scaled())
+    torch.testing.assert_close(torch.compile(_by_class)(x, _Scaled()), expected)
+    PrecompileContext.save_to_dynamo_cache()
+    # torch alone stores this frame bypassed (no compiled variant); the store
+    # keeps the variant with its class guard.
+    assert _stored_variants(_by_class) == [(False, 1)]
+    _reset()
+    _reset_precompile_entries(_by_class.__code__)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(_by_class)(x, _Scaled()), expected)
+        # Another class with the same attribute fails the loaded guard: a
+        # compile (refused here), never the stored variant.
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            torch.compile(_by_class)(x, _OtherScaled())
+    _reset_precompile_entries(_by_class.__code__)
+
+
+def _local_class_outcome() -> tuple[str, object]:
+    """What compiling `_by_class` on a local class leaves: the error raised,
+    or the variants recorded for the save."""
+
+    class Local:
+        scale = 3.0
+
+    x = torch.randn(3)
+    try:
+        torch.testing.assert_close(torch.compile(_by_class)(x, Local()), x * 3.0)
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return "raised", type(e).__name__
+    (entry,) = PrecompileContext._dynamo_cache_entries.values()
+    return "recorded", [(code.bypassed, len(code.guarded_codes)) for code in entry.codes]
+
+
+def test_a_local_class_guard_is_refused_as_torch_refuses_it(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    # A class its name cannot import back: whatever torch does with it
+    # (bypass the frame, or raise), it does the same with the store.
+    with_store = _local_class_outcome()
+    _reset()
+    _reset_precompile_entries(_by_class.__code__)
+    precompile.uninstall()
+    try:
+        with torch._dynamo.config.patch(caching_precompile=True):
+            plain = _local_class_outcome()
+    finally:
+        _reset()
+        _reset_precompile_entries(_by_class.__code__)
+    assert with_store == plain
+    assert plain in (("recorded", [(True, 0)]), ("raised", "InternalTorchDynamoError"))

@@ -65,6 +65,7 @@ __all__ = [
     "debug_info",
     "entry_source_location",
     "guard_evaluation",
+    "guard_state_handoff",
     "InstallHash",
     "in_process_kernel_loads",
     "install_hardening",
@@ -74,6 +75,8 @@ __all__ = [
     "inductor_cache_dir",
     "kernel_capture",
     "lazy_kernel_templates",
+    "module_alias_recorder",
+    "named_class_guards",
     "record_for_mega_cache",
     "register_library",
     "set_caching_precompile",
@@ -619,9 +622,69 @@ def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _innermost(fn)
 
 
+class _GuardStateHandoff:
+    """Hands `CompilePackage.install` the guard states already unpickled.
+
+    The store checks that every stored guard state unpickles before it hands
+    an entry to torch (`restore.check`); install() then unpickles each again,
+    tenths of a second for a model with many guards. While installed, the
+    state the check produced is given to install() for the same bytes object,
+    once: torch receives a state no one else has used, as if it had
+    unpickled it itself. Bytes it was not handed are unpickled as before.
+    """
+
+    # States checked but never installed (a later check failed) are dropped
+    # beyond this many, oldest first.
+    MAX_HELD = 64
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self._held: dict[int, tuple[bytes, Any]] = {}
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        if self._original is not None:
+            return
+        original = dynamo_package.load_guards_state
+        self._original = original
+        handoff = self
+
+        @functools.wraps(original)
+        def load_guards_state(guards_state: bytes) -> Any:
+            with handoff._lock:
+                held = handoff._held.pop(id(guards_state), None)
+            if held is not None and held[0] is guards_state:
+                return held[1]
+            return original(guards_state)
+
+        dynamo_package.load_guards_state = load_guards_state
+
+    def stop(self) -> None:
+        if self._original is None:
+            return
+        dynamo_package.load_guards_state = self._original
+        self._original = None
+        with self._lock:
+            self._held.clear()
+
+    def load(self, guards_state: bytes) -> Any:
+        """Unpickle `guards_state` as install() does, keeping the result for it."""
+        state = (self._original or dynamo_package.load_guards_state)(guards_state)
+        if self._original is not None:
+            with self._lock:
+                while len(self._held) >= self.MAX_HELD:
+                    self._held.pop(next(iter(self._held)))
+                self._held[id(guards_state)] = (guards_state, state)
+        return state
+
+
+guard_state_handoff = _GuardStateHandoff()
+
+
 def load_guards_state(guards_state: bytes) -> Any:
-    """Unpickle one guarded code's guard state, as `CompilePackage.install` does."""
-    return dynamo_package.load_guards_state(guards_state)
+    """Unpickle one guarded code's guard state, as `CompilePackage.install` does
+    (and, while installed, keep it for install(); see `_GuardStateHandoff`)."""
+    return guard_state_handoff.load(guards_state)
 
 
 def recompiles_log() -> logging.Logger:
@@ -1063,3 +1126,147 @@ class _LazyKernelTemplates:
 
 
 lazy_kernel_templates = _LazyKernelTemplates()
+
+
+def _named_class(value: Any) -> bool:
+    """Whether `value` is a class that pickles by reference: importable under
+    its module and qualified name as this very object."""
+    if not isinstance(value, type):
+        return False
+    module_name = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", "")
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return False
+    module = sys.modules.get(module_name)
+    found: Any = module
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            return False
+    return found is value
+
+
+class _NamedClassGuards:
+    """Serialize CLASS_MATCH guards on classes that are importable by name.
+
+    torch refuses to serialize any CLASS_MATCH guard (an identity check on a
+    class, e.g. transformers' encoder-decoders guard `type(self.config)`) and
+    saves such a frame without compiled code, so no cache can serve it. For a
+    class that pickles by reference the guard carries across processes
+    exactly as TYPE_MATCH does, which torch does serialize: the loading
+    process rebuilds it from the saved scope, where the class is the one its
+    name imports, and checks identity against it. While installed, a guard
+    list whose CLASS_MATCH guards are all on such classes is serialized;
+    anything else (a local class, a CLASS_MATCH only derived from another
+    guard) is refused as torch refuses it. No guard is dropped or weakened.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        if self._original is not None:
+            return
+        unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
+        original = CheckFunctionManager.__dict__.get("serialize_guards")
+        if not isinstance(unsupported, tuple) or "CLASS_MATCH" not in unsupported or original is None:
+            return  # a torch that serializes them already, or that we do not know
+        self._original = original
+        lock = self._lock
+
+        @functools.wraps(original)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _class_matches_are_named(builder, sorted_guards):
+                return original(self, builder, sorted_guards, *args, **kwargs)
+            with lock:
+                kept = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+                CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = tuple(
+                    t for t in kept if t != "CLASS_MATCH"
+                )
+                try:
+                    return original(self, builder, sorted_guards, *args, **kwargs)
+                finally:
+                    CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
+
+        CheckFunctionManager.serialize_guards = serialize_guards  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        if self._original is None:
+            return
+        CheckFunctionManager.serialize_guards = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+def _class_matches_are_named(builder: Any, guards: Any) -> bool:
+    """True when the list has CLASS_MATCH guards and every one is on a named
+    class, and no other guard merely derives a CLASS_MATCH."""
+    found = False
+    for guard in guards:
+        derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
+        if guard.create_fn_name() == "CLASS_MATCH":
+            try:
+                value = builder.get(guard)
+            except Exception:
+                return False
+            if not _named_class(value):
+                return False
+            found = True
+        elif "CLASS_MATCH" in derived:
+            return False
+    return found
+
+
+named_class_guards = _NamedClassGuards()
+
+
+class _ModuleAliasRecorder:
+    """Remembers which module each `___module_*` global Dynamo installs names.
+
+    Dynamo deletes an installed global once the compiled code that uses it
+    is dropped (its cleanup hook), e.g. when a later compile of the same code
+    object (a shared decorator's `wrapper`) evicts it from the frame's cache.
+    A save at exit would then find the alias unbound and could not carry it.
+    Recording the module when the alias is installed keeps it for the save.
+    """
+
+    PREFIX = "___module_"
+
+    def __init__(self) -> None:
+        self._original: Any = None
+        self.names: dict[str, str] = {}
+
+    def start(self) -> None:
+        from torch._dynamo.output_graph import OutputGraph
+
+        original = OutputGraph.__dict__.get("install_global_by_id")
+        if self._original is not None or original is None:
+            return
+        self._original = original
+        recorder = self
+
+        @functools.wraps(original)
+        def install_global_by_id(self: Any, prefix: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+            name = original(self, prefix, value, *args, **kwargs)
+            if isinstance(prefix, str) and prefix.startswith(recorder.PREFIX) and isinstance(name, str):
+                module_name = getattr(value, "__name__", None)
+                if isinstance(module_name, str) and sys.modules.get(module_name) is value:
+                    recorder.names[name] = module_name
+            return name
+
+        OutputGraph.install_global_by_id = install_global_by_id  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        from torch._dynamo.output_graph import OutputGraph
+
+        if self._original is None:
+            return
+        OutputGraph.install_global_by_id = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+module_alias_recorder = _ModuleAliasRecorder()

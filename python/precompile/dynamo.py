@@ -263,6 +263,9 @@ def install(
         tc.source_pickling.start()
         tc.unbound_global_names.start()
         tc.lazy_kernel_templates.start()
+        tc.guard_state_handoff.start()
+        tc.named_class_guards.start()
+        tc.module_alias_recorder.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
@@ -286,6 +289,9 @@ def uninstall() -> None:
         tc.source_pickling.stop()
         tc.unbound_global_names.stop()
         tc.lazy_kernel_templates.stop()
+        tc.guard_state_handoff.stop()
+        tc.named_class_guards.stop()
+        tc.module_alias_recorder.stop()
         explain.end()
         _active = None
 

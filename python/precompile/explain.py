@@ -146,7 +146,7 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
                 key,
                 f"{entry.dynamo.fn_name}: a code was stored without compiled variants "
                 "(at save, torch bypassed it: a guard it cannot serialize, such as "
-                "CLASS_MATCH on a class, or a backend never recorded); it compiles again",
+                "an identity check on an object or on a local class, or a backend never recorded); it compiles again",
                 fn=fn,
             )
 
