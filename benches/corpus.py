@@ -1,9 +1,11 @@
 """Small real models from torchvision and transformers, as a user compiles them.
 
 Random weights from tiny configs (no model hub), CPU-sized. Each corpus entry
-builds its model, compiles it with plain `torch.compile` and runs the calls a
-user would: inference over two or more input shapes, or one training step.
-`run(name)` returns the outputs, which must be identical across processes.
+builds its model and inputs, then returns the calls a user would make: compile
+with plain `torch.compile`, then inference over two or more input shapes, or one
+training step. `build(name)` keeps the two apart, so a bench times the calls
+alone; `run(name)` does both and returns the outputs, which must be identical
+across processes.
 
 Shared by the warm-start tests (tests/programs/corpus_run.py) and
 benches/warm_start.py (`--models resnet18,gpt2,...`).
@@ -15,27 +17,31 @@ from collections.abc import Callable
 
 import torch
 
-__all__ = ["MODELS", "available", "missing_reason", "run"]
+__all__ = ["MODELS", "available", "build", "missing_reason", "run"]
+
+# Compiles the built model and makes its first calls; returns their outputs.
+Calls = Callable[[], list[torch.Tensor]]
 
 # What the models are compiled with; the warm-start bench swaps in the
 # identity to time eager PyTorch on the same calls.
 compile_fn: Callable[[torch.nn.Module], Callable] = torch.compile
+# Where models and inputs live; the bench sets "cuda" for its GPU runs.
+device = "cpu"
 
 
 def _vision(name: str) -> torch.nn.Module:
     import torchvision.models as tvm
 
-    return getattr(tvm, name)(weights=None).eval()
+    return getattr(tvm, name)(weights=None).eval().to(device)
 
 
-def _infer(model: torch.nn.Module, inputs: list[dict]) -> list[torch.Tensor]:
-    fn = compile_fn(model)
-    outs = []
-    with torch.no_grad():
-        for kwargs in inputs:
-            out = fn(**kwargs)
-            outs.append(_first_tensor(out))
-    return outs
+def _infer(model: torch.nn.Module, inputs: list[dict]) -> Calls:
+    def calls() -> list[torch.Tensor]:
+        fn = compile_fn(model)
+        with torch.no_grad():
+            return [_first_tensor(fn(**kwargs)) for kwargs in inputs]
+
+    return calls
 
 
 def _first_tensor(out: object) -> torch.Tensor:
@@ -46,30 +52,30 @@ def _first_tensor(out: object) -> torch.Tensor:
     return next(o for o in out if isinstance(o, torch.Tensor))  # type: ignore[union-attr]
 
 
-def resnet18() -> list[torch.Tensor]:
-    return _infer(_vision("resnet18"), [{"x": torch.randn(1, 3, 64, 64)}])
+def resnet18() -> Calls:
+    return _infer(_vision("resnet18"), [{"x": torch.randn(1, 3, 64, 64, device=device)}])
 
 
-def mobilenet_v3_small() -> list[torch.Tensor]:
+def mobilenet_v3_small() -> Calls:
     # Two batch sizes: the second call makes Dynamo recompile with a dynamic
     # batch dimension, an entry with two guarded codes.
     model = _vision("mobilenet_v3_small")
-    return _infer(model, [{"x": torch.randn(b, 3, 64, 64)} for b in (1, 2)])
+    return _infer(model, [{"x": torch.randn(b, 3, 64, 64, device=device)} for b in (1, 2)])
 
 
 def _ids(vocab: int, batch: int, length: int) -> torch.Tensor:
-    return torch.randint(0, vocab, (batch, length))
+    return torch.randint(0, vocab, (batch, length), device=device)
 
 
-def gpt2() -> list[torch.Tensor]:
+def gpt2() -> Calls:
     from transformers import GPT2Config, GPT2Model
 
     config = GPT2Config(n_layer=2, n_embd=128, n_head=4, n_positions=64, vocab_size=512)
-    model = GPT2Model(config).eval()
+    model = GPT2Model(config).eval().to(device)
     return _infer(model, [{"input_ids": _ids(512, 1, n)} for n in (8, 12)])
 
 
-def bert() -> list[torch.Tensor]:
+def bert() -> Calls:
     from transformers import BertConfig, BertModel
 
     config = BertConfig(
@@ -80,11 +86,11 @@ def bert() -> list[torch.Tensor]:
         vocab_size=512,
         max_position_embeddings=64,
     )
-    model = BertModel(config).eval()
+    model = BertModel(config).eval().to(device)
     return _infer(model, [{"input_ids": _ids(512, 2, 16)}])
 
 
-def t5() -> list[torch.Tensor]:
+def t5() -> Calls:
     from transformers import T5Config, T5Model
 
     config = T5Config(
@@ -97,11 +103,11 @@ def t5() -> list[torch.Tensor]:
         vocab_size=512,
         decoder_start_token_id=0,
     )
-    model = T5Model(config).eval()
+    model = T5Model(config).eval().to(device)
     return _infer(model, [{"input_ids": _ids(512, 1, 10), "decoder_input_ids": _ids(512, 1, 6)}])
 
 
-def gpt2_train() -> list[torch.Tensor]:
+def gpt2_train() -> Calls:
     """One training step: compiled forward and backward, eager optimizer step.
 
     The loss is taken outside the model: with `labels=`, transformers calls
@@ -121,18 +127,22 @@ def gpt2_train() -> list[torch.Tensor]:
         resid_pdrop=0.0,
         embd_pdrop=0.0,
     )
-    model = GPT2LMHeadModel(config).train()
+    model = GPT2LMHeadModel(config).train().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    fn = compile_fn(model)
     ids = _ids(256, 2, 8)
-    logits = fn(input_ids=ids).logits
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
-    loss.backward()
-    opt.step()
-    return [loss.detach(), model.transformer.wte.weight.detach().clone()]
+
+    def calls() -> list[torch.Tensor]:
+        fn = compile_fn(model)
+        logits = fn(input_ids=ids).logits
+        loss = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+        return [loss.detach(), model.transformer.wte.weight.detach().clone()]
+
+    return calls
 
 
-MODELS: dict[str, tuple[str, Callable[[], list[torch.Tensor]]]] = {
+MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {
     "resnet18": ("torchvision", resnet18),
     "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
     "gpt2": ("transformers", gpt2),
@@ -156,7 +166,14 @@ def available() -> list[str]:
     return [name for name in MODELS if missing_reason(name) is None]
 
 
-def run(name: str) -> list[torch.Tensor]:
-    """Build, compile and run corpus model `name` with fixed seeds."""
+def build(name: str) -> Calls:
+    """Build corpus model `name` and its inputs with fixed seeds; the result
+    compiles the model and makes its calls."""
     torch.manual_seed(0)
-    return [t.detach().clone() for t in MODELS[name][1]()]
+    calls = MODELS[name][1]()
+    return lambda: [t.detach().clone() for t in calls()]
+
+
+def run(name: str) -> list[torch.Tensor]:
+    """Build, compile and run corpus model `name`."""
+    return build(name)()

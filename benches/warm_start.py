@@ -70,6 +70,7 @@ def child(args: argparse.Namespace) -> None:
     # Eager PyTorch runs the same calls without compiling: the floor.
     compile_fn = (lambda m: m) if args.store == "eager" else torch.compile
     corpus.compile_fn = compile_fn
+    corpus.device = args.device
     install_s = 0.0
     if args.store == "precompile":
         # install() imports the torch internals it adapts, which torch's own
@@ -118,8 +119,13 @@ def child(args: argparse.Namespace) -> None:
         reason = corpus.missing_reason(args.model)  # imports the model's library
         if reason is not None:
             raise SystemExit(reason)
+        # Building the model (and the imports it pulls in) is the same work
+        # with or without a compiler: the clock covers compile and calls.
+        calls = corpus.build(args.model)
         start = _start_clock(args)
-        corpus.run(args.model)
+        calls()
+        if args.device == "cuda":
+            torch.cuda.synchronize()
     else:
         if args.model == "breaks":
             sys.path.insert(0, args.work)
@@ -147,7 +153,7 @@ def child(args: argparse.Namespace) -> None:
             precompile.save()
         else:
             torch.compiler.save_cache_artifacts()
-    if args.store == "precompile" and args.phase != "cold":
+    if args.store == "precompile" and args.phase != "cold" and cache.store.refs("dynamo/"):
         # Store overhead for one entry: ref lookup + read + verify + map.
         from precompile.entries import fetch_entry, ref_name
 
@@ -293,7 +299,8 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int, profil
         if store == "torch":
             # torch's entries live inside the Inductor cache dir: carry only them.
             fresh_store = fresh_inductor / "dynamo"
-            shutil.copytree(store_dir, fresh_store)
+            if store_dir.exists():  # absent when the cold run crashed
+                shutil.copytree(store_dir, fresh_store)
         fresh.append(run_child(store, "fresh", model, device, work, fresh_inductor, fresh_store, profile))
     return {
         "cold": _median([cold], "first_call_s"),

@@ -109,3 +109,20 @@ def test_cuda_graph_break_heavy_model_loads_every_graph(tmp_path: Path) -> None:
     assert counter(b, "precompile", "install_failed") == 0
     assert b["frames"] == a["frames"]
     assert b["compiler_runs"] == []
+
+
+def test_cuda_entry_whose_last_frame_is_cpu_only_ships_gpu_parts(tmp_path: Path) -> None:
+    # A graph break whose resume frame computes on the CPU only: the entry
+    # is still a GPU entry (Triton stubs and key memos travel with it).
+    store = tmp_path / "store"
+    a = run_scenario("cuda_then_cpu", "compile", store, tmp_path)
+    s = precompile.Store(str(store))
+    (entry,) = a["report"]["entries"].values()
+    _, meta = s.get_manifest(entry)
+    assert meta["device_type"] == "cuda", meta["device_type"]
+    assert meta["triton_stubs"], "a GPU entry carries Triton's stubs"
+    b = run_scenario("cuda_then_cpu", "load", store, tmp_path)
+    torch.testing.assert_close(a["outputs"][0], b["outputs"][0], rtol=0, atol=0)
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    # Not asserted: on the H200 the CPU frame's C++ kernel still compiled on
+    # the fresh host (10 compiler runs), where a CPU-only entry ships them.

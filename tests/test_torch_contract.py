@@ -370,3 +370,32 @@ def test_a_local_class_guard_is_refused_as_torch_refuses_it(store: Path) -> None
         _reset_precompile_entries(_by_class.__code__)
     assert with_store == plain
     assert plain in (("recorded", [(True, 0)]), ("raised", "InternalTorchDynamoError"))
+
+
+def test_an_entry_that_does_not_serialize_is_skipped_and_the_rest_saved(store: Path) -> None:
+    sin_cos, cos_plus, _ = _functions()
+    x = torch.randn(3)
+    torch.compile(sin_cos)(x)
+    torch.compile(cos_plus)(x)
+    entries = PrecompileContext._dynamo_cache_entries
+    (bad_key,) = [k for k, e in entries.items() if e.fn_name.endswith("cos_plus")]
+    # Generated code holding a constant pickle cannot carry (a function with
+    # a closure): the shape of what Dynamo's bytecode can hold.
+    import dataclasses
+
+    guarded = entries[bad_key].codes[0].guarded_codes[0]
+    captured = torch.ones(1)
+    code = guarded.dynamo_code
+    object.__setattr__(
+        guarded, "dynamo_code", dataclasses.replace(code, co_consts=(*code.co_consts, lambda: captured))
+    )
+
+    with pytest.warns(precompile.PrecompileWarning, match="was not saved"):
+        report = precompile.save()
+
+    assert list(report.entries) == [k for k in entries if k != bad_key]
+    assert bad_key in report.skipped and "PicklingError" in report.skipped[bad_key]
+    assert counters["precompile"]["save_skipped"] == 1
+    _reset()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(sin_cos)(x), sin_cos(x))

@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 import torch._dynamo.package as dynamo_package
+from torch._dynamo.exc import PackageError
 from torch._dynamo.package import (
     CompilePackage,
     DynamoStore,
@@ -83,6 +84,8 @@ __all__ = [
     "source_id_from_fn",
     "swap_dynamo_cache",
     "triton_cache_dir",
+    "unnamed_frames",
+    "device_type_union",
 ]
 
 log = logging.getLogger(__name__)
@@ -1270,3 +1273,143 @@ class _ModuleAliasRecorder:
 
 
 module_alias_recorder = _ModuleAliasRecorder()
+
+
+class _UnnamedFrames:
+    """Frames whose code torch's package cannot name compile, unstored.
+
+    Under torch.compile Dynamo compiles every frame it enters, code that no
+    module attribute reaches included: a dataclass's generated `__init__`
+    (file "<string>"), entered eagerly after a graph break in its caller, as
+    transformers' model outputs are. torch's package raises PackageError for
+    such a frame and the user's call fails. While installed, the frame compiles
+    against an entry the package does not hold, so it runs as it would without
+    caching_precompile and nothing of it is saved: a warm start compiles it
+    again. Resume functions it creates stay out of the package with it.
+    `on_unnamed(code, error)` is told once per code object.
+    """
+
+    def __init__(self) -> None:
+        self._originals: dict[str, Any] = {}
+        self.on_unnamed: Callable[[Any, BaseException], None] | None = None
+        # Codes of frames compiled outside the package (their resume
+        # functions included), per package; weak so a dropped package goes.
+        self._detached: Any = None
+        # Detached entries being compiled against, by id (they are unhashable).
+        self._entries: dict[int, Any] = {}
+
+    def start(self) -> None:
+        import weakref
+
+        if self._originals:
+            return
+        code_context = CompilePackage.__dict__.get("code_context")
+        add_resume = CompilePackage.__dict__.get("add_resume_function")
+        if code_context is None or add_resume is None or not hasattr(CompilePackage, "_add_user_function"):
+            return  # a torch whose package we do not know
+        self._originals = {"code_context": code_context, "add_resume_function": add_resume}
+        self._detached = weakref.WeakKeyDictionary()
+        frames = self
+
+        @contextlib.contextmanager
+        def detached_context(package: Any, code: Any) -> Any:
+            entry = dynamo_package._DynamoCodeCacheEntry(
+                python_code=None,  # type: ignore[arg-type]  # never serialized
+                python_module="",
+                function_names=[],
+                guarded_codes=[],
+                import_sources={},
+                backend_ids=[],
+                code_source=None,
+                install_to_global=False,
+            )
+            entry.bypassed = True
+            frames._entries[id(entry)] = entry
+            package._current_entry = entry
+            try:
+                yield
+            finally:
+                frames._entries.pop(id(entry), None)
+                package._current_entry = None
+                if hasattr(package, "_current_backend_ids"):
+                    package._current_backend_ids = []
+                # The frame's compiled graphs are reachable from no stored code.
+                for backend_id in entry.backend_ids:
+                    package._cached_backends.pop(backend_id, None)
+
+        @functools.wraps(code_context)
+        def wrapped_code_context(package: Any, code: Any) -> Any:
+            detached = frames._detached.setdefault(package, set())
+            if code in detached:
+                return detached_context(package, code)
+            if code not in package._codes and package._current_entry is None:
+                try:
+                    package._add_user_function(code)
+                except PackageError as e:
+                    detached.add(code)
+                    if frames.on_unnamed is not None:
+                        frames.on_unnamed(code, e)
+                    return detached_context(package, code)
+            return code_context(package, code)
+
+        @functools.wraps(add_resume)
+        def add_resume_function(package: Any, python_code: Any, *args: Any, **kwargs: Any) -> Any:
+            detached = frames._detached.get(package)
+            current = package._current_entry
+            if detached is not None and current is not None and frames._entries.get(id(current)) is current:
+                detached.add(python_code)
+                package._resume_codes.add(python_code)
+                return None
+            return add_resume(package, python_code, *args, **kwargs)
+
+        CompilePackage.code_context = wrapped_code_context  # type: ignore[method-assign]
+        CompilePackage.add_resume_function = add_resume_function  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        for name, original in self._originals.items():
+            setattr(CompilePackage, name, original)
+        self._originals = {}
+        self._detached = None
+        self._entries = {}
+
+
+unnamed_frames = _UnnamedFrames()
+
+
+class _DeviceTypeUnion:
+    """A package's device stays the accelerator once any frame named one.
+
+    Some torch versions (2.11) keep only the device of the last compiled
+    frame: a graph break whose resume frame computes on the CPU then saves a
+    GPU function as a "cpu" entry, and the store would ship it without
+    Triton's stubs and torch would skip its GPU compatibility check. Newer
+    torch accumulates every frame's device; this gives older ones the same
+    result. Where the package keeps no single `_device_type`, nothing changes.
+    """
+
+    def __init__(self) -> None:
+        self._original: Any = None
+
+    def start(self) -> None:
+        original = CompilePackage.__dict__.get("update_device_type")
+        if self._original is not None or original is None:
+            return
+        self._original = original
+
+        @functools.wraps(original)
+        def update_device_type(package: Any, graph: Any) -> None:
+            before = getattr(package, "_device_type", None)
+            original(package, graph)
+            if isinstance(before, str) and before != "cpu" and getattr(package, "_device_type", None) == "cpu":
+                package._device_type = before
+
+        CompilePackage.update_device_type = update_device_type  # type: ignore[method-assign]
+
+    def stop(self) -> None:
+        if self._original is None:
+            return
+        CompilePackage.update_device_type = self._original  # type: ignore[method-assign]
+        self._original = None
+
+
+device_type_union = _DeviceTypeUnion()

@@ -16,6 +16,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from ._core import StoreError
 from ._torch_compat import PrecompileCacheEntry, PrecompileContext, bypassed_copy, counters
 from .entries import SaveMemo, put_entry
 from .protocols import WriteStore
@@ -41,6 +42,8 @@ class SaveReport:
     backends: int
     unique_backends: int
     missing_backends: int
+    # Entries that could not be serialized (key -> why); the others are saved.
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
@@ -93,13 +96,32 @@ def save_context(
 ) -> SaveReport:
     """Write every entry PrecompileContext holds to `store`.
 
-    `on_written(key, entry)` runs after each entry is stored.
+    `on_written(key, entry)` runs after each entry is stored. An entry that
+    does not serialize (its compiled code holds an object pickle cannot
+    carry) is skipped with a PrecompileWarning and counted
+    (`counters["precompile"]["save_skipped"]`); the other entries are saved,
+    and the skipped function compiles on the next start, as with no store.
+    The store's own errors (disk full, permissions) are raised.
     """
     entries, missing = create_cache_entries()
     memo = SaveMemo()
     written = {}
+    skipped = {}
     for key, entry in entries.items():
-        written[key] = put_entry(store, entry, key, memo)
+        try:
+            written[key] = put_entry(store, entry, key, memo)
+        except StoreError:
+            raise
+        except Exception as e:
+            skipped[key] = f"{type(e).__name__}: {e}"
+            counters["precompile"]["save_skipped"] += 1
+            warnings.warn(
+                PrecompileWarning(
+                    f"precompile entry for {getattr(entry.dynamo, 'fn_name', key)} was not saved: {skipped[key]}"
+                ),
+                stacklevel=3,
+            )
+            continue
         if on_written is not None:
             on_written(key, entry)
     n_backends = sum(len(e.backends) for e in entries.values())
@@ -108,4 +130,5 @@ def save_context(
         backends=n_backends,
         unique_backends=len(set(memo.backends.values())),
         missing_backends=missing,
+        skipped=skipped,
     )

@@ -207,6 +207,17 @@ def _install_failed(package: Any, error: BaseException) -> None:
     )
 
 
+def _unnamed_frame(code: Any, error: BaseException) -> None:
+    where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
+    explain.miss(
+        "unstorable",
+        "",
+        f"{where}: Dynamo compiled a frame torch's package cannot name ({error}); "
+        "it runs compiled but is not stored, so every process compiles it",
+        frame={"frame": code.co_name, "file": f"{code.co_filename}:{code.co_firstlineno}"},
+    )
+
+
 def install(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -266,6 +277,9 @@ def install(
         tc.guard_state_handoff.start()
         tc.named_class_guards.start()
         tc.module_alias_recorder.start()
+        tc.unnamed_frames.on_unnamed = _unnamed_frame
+        tc.unnamed_frames.start()
+        tc.device_type_union.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
@@ -292,6 +306,8 @@ def uninstall() -> None:
         tc.guard_state_handoff.stop()
         tc.named_class_guards.stop()
         tc.module_alias_recorder.stop()
+        tc.unnamed_frames.stop()
+        tc.device_type_union.stop()
         explain.end()
         _active = None
 

@@ -109,12 +109,13 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     entry = module_aliases.carry(entry)
     dynamo = put_pickled(store, entry.dynamo)
     backends = {str(bid): put_backend(store, art, memo.backends) for bid, art in sorted(entry.backends.items())}
-    isa: tuple[tuple[str, str], ...] = ()
-    if entry.dynamo.device_type == "cpu":
-        if memo.isa is None:
-            memo.isa = _put_isa_probes(store)
+    # Every entry carries the ISA probes: a GPU function's graph breaks can
+    # leave frames whose graphs run C++ kernels on the CPU.
+    if memo.isa is None:
+        memo.isa = _put_isa_probes(store)
+        if entry.dynamo.device_type == "cpu":
             host_keys.record(store, gpu=False)
-        isa = memo.isa
+    isa = memo.isa
     stubs: tuple[tuple[str, str, str], ...] = ()
     if entry.dynamo.device_type != "cpu":
         if memo.stubs is None:

@@ -19,8 +19,10 @@ torch), `source_changed` (a function it traced was edited since),
 `bypassed` (torch saved the code without compiled variants), `module_missing`,
 `missing_backend`, `unresolved_global` (its generated code
 names a global nothing binds), `guards_unreadable` (the guard state does not
-unpickle under this torch), `install_failed`, and `guard_failed` (the code
-was installed, but its guards rejected the call, so Dynamo compiled).
+unpickle under this torch), `install_failed`, `guard_failed` (the code
+was installed, but its guards rejected the call, so Dynamo compiled), and
+`unstorable` (Dynamo compiled a frame whose code torch's package cannot name,
+such as a dataclass's generated `__init__`: it is compiled in every process).
 """
 
 from __future__ import annotations

@@ -168,8 +168,21 @@ def cuda_shared():
     return [a(x).cpu(), b(x).cpu()]
 
 
+def _gpu_then_cpu(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = (x.sin() * 2).relu()
+    torch._dynamo.graph_break()
+    # The resume frame's graph only touches CPU tensors.
+    return y, torch.arange(8.0) * 3
+
+
+def cuda_then_cpu():
+    y, z = torch.compile(_gpu_then_cpu)(torch.randn(256, device="cuda"))
+    return [y.cpu(), z]
+
+
 SCENARIOS = {
     "breaks": breaks,
+    "cuda_then_cpu": cuda_then_cpu,
     "cuda_breaks": cuda_breaks,
     "cuda_shared": cuda_shared,
     "cuda_transformer": cuda_transformer,
