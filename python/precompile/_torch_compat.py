@@ -1286,7 +1286,7 @@ class _UnnamedFrames:
     against an entry the package does not hold, so it runs as it would without
     caching_precompile and nothing of it is saved: a warm start compiles it
     again. Resume functions it creates stay out of the package with it.
-    `on_unnamed(code, error)` is told once per code object.
+    `on_unnamed(code, error)` is told once per code object and package.
     """
 
     def __init__(self) -> None:
