@@ -386,9 +386,7 @@ def test_an_entry_that_does_not_serialize_is_skipped_and_the_rest_saved(store: P
     guarded = entries[bad_key].codes[0].guarded_codes[0]
     captured = torch.ones(1)
     code = guarded.dynamo_code
-    object.__setattr__(
-        guarded, "dynamo_code", dataclasses.replace(code, co_consts=(*code.co_consts, lambda: captured))
-    )
+    object.__setattr__(guarded, "dynamo_code", dataclasses.replace(code, co_consts=(*code.co_consts, lambda: captured)))
 
     with pytest.warns(precompile.PrecompileWarning, match="was not saved"):
         report = precompile.save()
