@@ -207,17 +207,6 @@ def _install_failed(package: Any, error: BaseException) -> None:
     )
 
 
-def _unnamed_frame(code: Any, error: BaseException) -> None:
-    where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
-    explain.miss(
-        "unstorable",
-        "",
-        f"{where}: Dynamo compiled a frame torch's package cannot name ({error}); "
-        "it runs compiled but is not stored, so every process compiles it",
-        frame={"frame": code.co_name, "file": f"{code.co_filename}:{code.co_firstlineno}"},
-    )
-
-
 def install(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -277,7 +266,7 @@ def install(
         tc.guard_state_handoff.start()
         tc.named_class_guards.start()
         tc.module_alias_recorder.start()
-        tc.unnamed_frames.on_unnamed = _unnamed_frame
+        tc.unnamed_frames.on_unnamed = explain.unstorable
         tc.unnamed_frames.start()
         tc.device_type_union.start()
         explain.begin(getattr(cache.writable, "path", None))

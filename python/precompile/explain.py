@@ -37,7 +37,7 @@ from . import _torch_compat as tc
 from .context import PrecompileWarning
 from .miss_log import MissLog
 
-__all__ = ["begin", "end", "loaded", "miss"]
+__all__ = ["begin", "end", "loaded", "miss", "unstorable"]
 
 log = logging.getLogger("precompile")
 
@@ -153,6 +153,22 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
             )
 
 
+def _code_frame(code: Any) -> dict[str, Any]:
+    return {"frame": code.co_name, "file": f"{code.co_filename}:{code.co_firstlineno}"}
+
+
+def unstorable(code: Any, error: BaseException) -> None:
+    """Record that Dynamo compiled a frame torch's package cannot name."""
+    frame = _code_frame(code)
+    miss(
+        "unstorable",
+        "",
+        f"{frame['frame']} at {frame['file']}: Dynamo compiled a frame torch's package cannot name "
+        f"({error}); it runs compiled but is not stored, so every process compiles it",
+        frame=frame,
+    )
+
+
 def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[Any]) -> None:
     # Dynamo is compiling a frame the store installed code for: every stored
     # variant's guards rejected this call. Say which, on these very locals.
@@ -161,15 +177,8 @@ def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[
     for i, manager in enumerate(managers):
         for part in tc.guard_failures(manager, f_locals)[:2]:
             failed.append(f"variant {i}: {part}")
-    where = f"{code.co_name} at {code.co_filename}:{code.co_firstlineno}"
-    detail = f"{where}: stored guards rejected the call" + (f" ({failed[0]})" if failed else "")
-    miss(
-        "guard_failed",
-        "",
-        detail,
-        guards=failed,
-        frame={
-            "frame": code.co_name,
-            "file": f"{code.co_filename}:{code.co_firstlineno}",
-        },
+    frame = _code_frame(code)
+    detail = f"{frame['frame']} at {frame['file']}: stored guards rejected the call" + (
+        f" ({failed[0]})" if failed else ""
     )
+    miss("guard_failed", "", detail, guards=failed, frame=frame)
