@@ -47,6 +47,9 @@ def test_second_process_compiles_nothing(name: str, tmp_path: Path) -> None:
     assert a["report"]["missing_backends"] == 0
     _assert_same(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
+    # A CPU load hashes no installation: neither torch nor the store computes torch_key.
+    assert b["torch_key_computed"] is False
+    assert not any(k.startswith("torch_key_memo") for k in b["counters"].get("precompile", {})), b["counters"]
 
 
 def test_graph_break_and_recompiles_are_separate_backends(tmp_path: Path) -> None:

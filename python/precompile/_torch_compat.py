@@ -1051,11 +1051,13 @@ def _triton_key_hash() -> InstallHash | None:
 
 
 def install_hashes(gpu: bool) -> list[InstallHash]:
-    """The whole-install hashes a load will compute: torch's always, Triton's
-    for a GPU entry."""
-    found = [_torch_key_hash()]
-    if gpu:
-        found.append(_triton_key_hash())
+    """The whole-install hashes a load will compute: for a GPU entry Triton's,
+    and torch's (part of every Triton kernel's in-process cache key). A CPU
+    entry's load computes neither (only a compile does), so priming one
+    there would walk or hash an installation for nothing."""
+    if not gpu:
+        return []
+    found = [_torch_key_hash(), _triton_key_hash()]
     return [h for h in found if h is not None]
 
 

@@ -113,8 +113,6 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     # leave frames whose graphs run C++ kernels on the CPU.
     if memo.isa is None:
         memo.isa = _put_isa_probes(store)
-        if entry.dynamo.device_type == "cpu":
-            host_keys.record(store, gpu=False)
     isa = memo.isa
     stubs: tuple[tuple[str, str, str], ...] = ()
     if entry.dynamo.device_type != "cpu":

@@ -1,7 +1,7 @@
 """Whole-install hashes, memoized by the identities of the files they hash.
 
-Before a loaded graph can run, torch hashes its own sources (`torch_key`)
-and Triton hashes its compiler, backends and `libtriton` (`triton_key`):
+Before a loaded Triton kernel can run, torch hashes its own sources
+(`torch_key`) and Triton hashes its compiler, backends and `libtriton` (`triton_key`):
 tenths of a second each, on every process start, for a value that only
 changes when the installation does. As ccache's direct mode does, the store
 keeps each value under a fingerprint of the identities of every file the

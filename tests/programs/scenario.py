@@ -211,6 +211,20 @@ def _child_processes() -> int:
     return count
 
 
+def _torch_key_computed() -> bool:
+    """Whether this process computed (or was handed) torch's install hash:
+    its cache refuses a second value once it holds one. Run last, since an
+    accepted probe value would stand in for the real one."""
+    from torch._inductor import codecache
+
+    try:
+        codecache.torch_key.set(b"\0" * 32)
+    except (AssertionError, RuntimeError):
+        return True
+    codecache.torch_key.clear()
+    return False
+
+
 def main() -> None:
     name, mode, store, out_path = sys.argv[1:5]
     from torch._dynamo.utils import counters
@@ -260,6 +274,7 @@ def main() -> None:
                 "counters": {k: dict(v) for k, v in counters.items()},
                 "report": report,
                 "child_processes": _child_processes(),
+                "torch_key_computed": _torch_key_computed(),
             },
             f,
         )
