@@ -47,3 +47,42 @@ def test_group_file_keeps_only_what_launching_reads() -> None:
     assert sorted(trimmed["child_paths"]) == ["k.cubin", "k.json"]
     assert all(kernels.is_load_file(n) for n in trimmed["child_paths"])
     assert not kernels.is_load_file("k.ptx")
+
+
+@pytest.mark.torch
+def test_every_cpu_probe_torch_builds_is_recognized(tmp_path: Path) -> None:
+    """The vector-ISA probe and the feature probes (AVX-512 BF16 and VNNI,
+    AMX), recognized by torch's own probe programs; a kernel is never taken
+    for a probe. Where torch marks a probe that loaded, only marked ones
+    ship: an unmarked probe there is one that failed to load."""
+    pytest.importorskip("torch")
+    from torch._inductor import cpu_vec_isa
+
+    from precompile import _torch_compat as tc
+
+    programs = {
+        "avx": cpu_vec_isa.VecISA._avx_code,
+        "bf16": cpu_vec_isa.VecAVX512._avx512_bf16_code,
+        "vnni": cpu_vec_isa.VecAVX512VNNI._avx512_vnni_code,
+        "amx": cpu_vec_isa.VecAMX._amx_code,
+    }
+    libraries = {}
+    for i, (name, program) in enumerate(programs.items()):
+        sub = tmp_path / f"p{i}"
+        sub.mkdir()
+        (sub / f"c{name}.cpp").write_text(program)
+        (sub / f"c{name}.so").write_bytes(b"\x7fELF")
+        libraries[name] = str(sub / f"c{name}.so")
+    kernel = tmp_path / "kk"
+    kernel.mkdir()
+    (kernel / "ckernel.cpp").write_text('#include "cpp_prefix.h"\nextern "C" void kernel() {}\n')
+    (kernel / "ckernel.so").write_bytes(b"\x7fELF")
+
+    found = tc.isa_probe_libraries(str(tmp_path))
+    if tc.torch_marks_loaded_probes():
+        assert found == []  # none loaded yet
+        for name in ("bf16", "amx"):
+            Path(libraries[name] + ".load_ok").touch()
+        assert tc.isa_probe_libraries(str(tmp_path)) == sorted([libraries["bf16"], libraries["amx"]])
+    else:
+        assert found == sorted(libraries.values())

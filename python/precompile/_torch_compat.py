@@ -74,6 +74,7 @@ __all__ = [
     "put_triton_cache_file",
     "picklable_triton_bundle",
     "inductor_cache_dir",
+    "isa_probe_libraries",
     "kernel_capture",
     "lazy_kernel_templates",
     "module_alias_recorder",
@@ -83,6 +84,7 @@ __all__ = [
     "set_caching_precompile",
     "source_id_from_fn",
     "swap_dynamo_cache",
+    "torch_marks_loaded_probes",
     "triton_cache_dir",
     "unnamed_frames",
     "device_type_union",
@@ -324,13 +326,25 @@ class _KernelCapture:
 kernel_capture = _KernelCapture()
 
 
-def _isa_probe_source() -> str | None:
+def _isa_probe_sources() -> tuple[str, ...]:
+    """The programs Inductor compiles to probe the CPU: the vector ISA probe
+    and the feature probes (AVX-512 BF16 and VNNI, AMX) that
+    `cpu_vec_isa`'s classes hold as `*_code` strings."""
     try:
-        from torch._inductor.cpu_vec_isa import VecISA
+        from torch._inductor import cpu_vec_isa
     except ImportError:
-        return None
-    code = getattr(VecISA, "_avx_code", None)
-    return code if isinstance(code, str) else None
+        return ()
+    base = getattr(cpu_vec_isa, "VecISA", None)
+    if not isinstance(base, type):
+        return ()
+    found: set[str] = set()
+    for cls in vars(cpu_vec_isa).values():
+        if isinstance(cls, type) and issubclass(cls, base):
+            for klass in cls.__mro__:
+                for name, value in vars(klass).items():
+                    if name.endswith("_code") and isinstance(value, str) and value.strip():
+                        found.add(value)
+    return tuple(sorted(found))
 
 
 def isa_probe_libraries(cache_dir: str) -> list[str]:
@@ -338,15 +352,20 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
 
     Inductor picks a vector ISA among those the CPU reports (cpuid) by
     compiling a tiny probe library per candidate and dlopen-ing it in a
-    child process. The probe's cache key covers the compiler version, the
-    ISA flags and the torch version, so a machine that finds the same key
-    would build the same probe: shipping it spares that machine the compiler
-    runs (seconds each). A probe is recognized by its source beside it
-    (torch's probe program), or, where torch marks a probe that loaded, by
-    its `.load_ok` marker; no other library has either.
+    child process, and probes CPU features (AVX-512 BF16 and VNNI, AMX) the
+    same way. The probe's cache key covers the compiler version, the ISA
+    flags and the torch version, so a machine that finds the same key would
+    build the same probe: shipping it spares that machine the compiler runs
+    (seconds each). A torch that marks a probe that loaded (`.load_ok`
+    beside it) skips the child process for a marked probe: there only marked
+    probes are shipped, since an unmarked one failed to load here. Elsewhere
+    a probe is recognized by its source beside it (one of torch's probe
+    programs), and the loading machine still loads each one in a child
+    process. No other library has a marker or a probe's source.
     """
-    probe_source = _isa_probe_source()
-    found = []
+    sources = _isa_probe_sources()
+    marked: list[str] = []
+    unmarked: list[str] = []
     try:
         subdirs = os.scandir(cache_dir)
     except FileNotFoundError:
@@ -359,18 +378,32 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
                 for f in files:
                     if not f.name.endswith(".so") or not f.is_file(follow_symlinks=False):
                         continue
-                    if os.path.isfile(f.path + ".load_ok") or _is_probe(f.path, probe_source):
-                        found.append(f.path)
-    return sorted(found)
+                    if os.path.isfile(f.path + ".load_ok"):
+                        marked.append(f.path)
+                    elif _is_probe(f.path, sources):
+                        unmarked.append(f.path)
+    return sorted(marked if torch_marks_loaded_probes() else unmarked)
 
 
-def _is_probe(library: str, probe_source: str | None) -> bool:
-    if probe_source is None:
+def torch_marks_loaded_probes() -> bool:
+    """Whether Inductor leaves `.load_ok` beside a probe that loaded and
+    trusts it later: the versions that do load a probe through
+    `VecISA._probe_load`."""
+    try:
+        from torch._inductor.cpu_vec_isa import VecISA
+    except ImportError:
+        return False
+    return callable(getattr(VecISA, "_probe_load", None))
+
+
+def _is_probe(library: str, sources: tuple[str, ...]) -> bool:
+    if not sources:
         return False
     source = library[: -len(".so")] + ".cpp"
+    longest = max(len(s) for s in sources)
     try:
         with open(source, encoding="utf-8") as f:
-            return f.read(len(probe_source) + 1) == probe_source
+            return f.read(longest + 1) in sources
     except (OSError, UnicodeDecodeError):
         return False
 

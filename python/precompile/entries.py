@@ -21,6 +21,7 @@ from ._torch_compat import (
     entry_source_location,
     inductor_cache_dir,
     isa_probe_libraries,
+    torch_marks_loaded_probes,
 )
 from .artifacts import StoredBackendArtifact
 from .protocols import ReadStore, WriteStore
@@ -186,9 +187,11 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
             backends[bid] = load_pickled(held, blobs)
     dynamo = load_pickled(meta.dynamo, blobs)
     cache_dir = inductor_cache_dir()
+    marks = torch_marks_loaded_probes()
     for rel, d in isa:
         kernels.place_library(cache_dir, rel, blobs[d])
-        kernels.mark_probe_loaded(cache_dir, rel)
+        if marks:
+            kernels.mark_probe_loaded(cache_dir, rel)
     for held in stored.values():
         if isinstance(held, StoredBackend):
             held.place_libraries(cache_dir)
