@@ -397,3 +397,58 @@ def test_an_entry_that_does_not_serialize_is_skipped_and_the_rest_saved(store: P
     _reset()
     with torch.compiler.set_stance("fail_on_recompile"):
         torch.testing.assert_close(torch.compile(sin_cos)(x), sin_cos(x))
+
+
+def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path) -> None:
+    """The manager built from a stored guard state is the one torch's own
+    load builds; where config patches are per-thread it is built in one pass
+    instead of torch's two (caching_precompile's filter pass keeps every
+    guard of a stored state)."""
+    import torch._dynamo.package as dynamo_package
+    from torch._dynamo.guards import CheckFunctionManager
+
+    from precompile import _torch_compat as tc
+
+    _sin_cos, _cos_plus, _with_break = _functions()
+    x = torch.randn(3, 2)
+    expected = _sin_cos(x)
+    torch.compile(_sin_cos)(x)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+
+    installed = dynamo_package.load_guard_manager
+    build_guards = CheckFunctionManager.build_guards
+    calls: list[tuple[tuple, dict]] = []
+    passes: list[int] = []
+
+    def spy(*args: object, **kwargs: object) -> object:
+        calls.append((args, kwargs))
+        return installed(*args, **kwargs)
+
+    def counting_build(self: object, *args: object, **kwargs: object) -> object:
+        passes[-1] += 1
+        return build_guards(self, *args, **kwargs)
+
+    dynamo_package.load_guard_manager = spy
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_sin_cos)(x), expected)
+    finally:
+        dynamo_package.load_guard_manager = installed
+    ((args, kwargs),) = calls
+    CheckFunctionManager.build_guards = counting_build  # type: ignore[method-assign]
+    try:
+        passes.append(0)
+        ours = installed(*args, **kwargs)
+        passes.append(0)
+        with torch._dynamo.config.patch(caching_precompile=True):
+            torchs = tc.stored_code_watch._originals["load_guard_manager"](*args, **kwargs)
+    finally:
+        CheckFunctionManager.build_guards = build_guards  # type: ignore[method-assign]
+    assert str(ours) == str(torchs)
+    assert "TENSOR_MATCH" in str(ours) or "check_tensor" in str(ours), str(ours)
+    assert passes == [1 if tc.STORED_GUARDS_BUILT_ONCE else 2, 2]
+    # The manager rejects what torch's rejects.
+    assert ours.check({"x": x}) and torchs.check({"x": x})
+    other = torch.randn(3, 2, dtype=torch.float64)
+    assert not ours.check({"x": other}) and not torchs.check({"x": other})

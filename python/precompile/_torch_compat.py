@@ -728,6 +728,34 @@ def recompiles_log() -> logging.Logger:
     return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
 
 
+def _config_patches_are_thread_local() -> bool:
+    """Whether a `torch._dynamo.config.patch` holds for the patching thread
+    only (newer torch keeps each override in a ContextVar)."""
+    entry = getattr(torch._dynamo.config, "_config", {}).get("caching_precompile")
+    return isinstance(getattr(entry, "user_override", None), contextvars.ContextVar)
+
+
+STORED_GUARDS_BUILT_ONCE = _config_patches_are_thread_local()
+
+
+def _stored_guards_built_once() -> contextlib.AbstractContextManager[Any]:
+    """Build a stored guard state's manager in one pass.
+
+    With `caching_precompile` on, `CheckFunctionManager` builds every guard
+    twice: once to evaluate its filter, which drops the guard kinds a saved
+    state cannot hold (ID_MATCH, CLOSURE_MATCH, WEAKREF_ALIVE, DICT_VERSION),
+    then again with the survivors. A stored state went through that filter
+    when it was saved, and saving refuses those kinds outright, so the
+    filter keeps every guard of it: the second pass alone builds the same
+    manager (a test compares the two). The flag is lifted for this thread
+    only, and only where config patches are per-thread, so no other
+    thread's compile ever sees it off.
+    """
+    if not STORED_GUARDS_BUILT_ONCE:
+        return contextlib.nullcontext()
+    return torch._dynamo.config.patch(caching_precompile=False)
+
+
 class _StoredCodeWatch:
     """Tells a listener when Dynamo compiles a frame the store installed code for.
 
@@ -756,7 +784,8 @@ class _StoredCodeWatch:
 
         @functools.wraps(load_guard_manager)
         def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
-            manager = load_guard_manager(guards_state, target_code, *args, **kwargs)
+            with _stored_guards_built_once():
+                manager = load_guard_manager(guards_state, target_code, *args, **kwargs)
             watch._managers.setdefault(target_code, []).append(manager)
             return manager
 
