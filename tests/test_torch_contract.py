@@ -72,6 +72,18 @@ def _functions() -> tuple:
     return sin_cos, cos_plus, with_break
 
 
+def _saved_sin_cos() -> tuple:
+    """`sin_cos` compiled, saved and forgotten: the function, its input and
+    its eager output."""
+    _sin_cos, _cos_plus, _with_break = _functions()
+    x = torch.randn(3, 2)
+    expected = _sin_cos(x)
+    torch.compile(_sin_cos)(x)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+    return _sin_cos, x, expected
+
+
 def test_save_to_dynamo_cache_returns_torchs_result(store: Path) -> None:
     _sin_cos, _cos_plus, _with_break = _functions()
     a, b = torch.randn(3, 2), torch.randn(5, 2)
@@ -252,12 +264,7 @@ def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
 
     from precompile import _torch_compat as tc
 
-    _sin_cos, _cos_plus, _with_break = _functions()
-    x = torch.randn(3, 2)
-    expected = _sin_cos(x)
-    torch.compile(_sin_cos)(x)
-    PrecompileContext.save_to_dynamo_cache()
-    _reset()
+    _sin_cos, x, expected = _saved_sin_cos()
     entry = DynamoCache.load(_sin_cos)  # checked: each guard state unpickled once
     assert entry is not None
     (code,) = entry.dynamo.codes
@@ -409,12 +416,7 @@ def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path)
 
     from precompile import _torch_compat as tc
 
-    _sin_cos, _cos_plus, _with_break = _functions()
-    x = torch.randn(3, 2)
-    expected = _sin_cos(x)
-    torch.compile(_sin_cos)(x)
-    PrecompileContext.save_to_dynamo_cache()
-    _reset()
+    _sin_cos, x, expected = _saved_sin_cos()
 
     installed = dynamo_package.load_guard_manager
     build_guards = CheckFunctionManager.build_guards
