@@ -363,9 +363,9 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
     programs), and the loading machine still loads each one in a child
     process. No other library has a marker or a probe's source.
     """
-    sources = _isa_probe_sources()
-    marked: list[str] = []
-    unmarked: list[str] = []
+    marks = torch_marks_loaded_probes()
+    sources = () if marks else _isa_probe_sources()
+    found: list[str] = []
     try:
         subdirs = os.scandir(cache_dir)
     except FileNotFoundError:
@@ -378,11 +378,11 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
                 for f in files:
                     if not f.name.endswith(".so") or not f.is_file(follow_symlinks=False):
                         continue
-                    if os.path.isfile(f.path + ".load_ok"):
-                        marked.append(f.path)
-                    elif _is_probe(f.path, sources):
-                        unmarked.append(f.path)
-    return sorted(marked if torch_marks_loaded_probes() else unmarked)
+                    # Only where torch marks can a marker tell a loaded probe.
+                    probe = os.path.isfile(f.path + ".load_ok") if marks else _is_probe(f.path, sources)
+                    if probe:
+                        found.append(f.path)
+    return sorted(found)
 
 
 def torch_marks_loaded_probes() -> bool:
