@@ -444,7 +444,7 @@ def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path)
         ours = installed(*args, **kwargs)
         passes.append(0)
         with torch._dynamo.config.patch(caching_precompile=True):
-            torchs = tc.stored_code_watch._originals["load_guard_manager"](*args, **kwargs)
+            torchs = tc.stored_code_watch.original(dynamo_package, "load_guard_manager")(*args, **kwargs)
     finally:
         CheckFunctionManager.build_guards = build_guards  # type: ignore[method-assign]
     assert str(ours) == str(torchs)

@@ -251,7 +251,56 @@ def register_library(cache_class: str, key: str, path: str) -> bool:
     return True
 
 
-class _KernelCapture:
+class _Patch:
+    """An adaptation of torch that holds while a store is installed.
+
+    A subclass replaces attributes of torch's classes and modules in
+    `_apply`, each through `_replace`, which keeps the original; `stop()`
+    puts every original back, last replaced first. `_apply` may replace
+    nothing (a torch that needs no adaptation, or one it does not know):
+    the patch then stays inactive. Starting an active patch does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self._saved)
+
+    def start(self) -> None:
+        if not self._saved:
+            self._apply()
+
+    def stop(self) -> None:
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            setattr(owner, name, original)
+        self._stopped()
+
+    def original(self, owner: Any, name: str) -> Any:
+        """What `owner.name` was before this patch replaced it."""
+        for saved_owner, saved_name, original in self._saved:
+            if saved_owner is owner and saved_name == name:
+                return original
+        raise KeyError(name)
+
+    def _apply(self) -> None:
+        raise NotImplementedError
+
+    def _stopped(self) -> None:
+        """Drop what the patch kept while active."""
+
+    def _replace(self, owner: Any, name: str, value: Any) -> Any:
+        """Set `owner.name` to `value` (a class or module's own attribute,
+        descriptor and all) and return the original."""
+        original = vars(owner)[name]
+        self._saved.append((owner, name, original))
+        setattr(owner, name, value)
+        return original
+
+
+class _KernelCapture(_Patch):
     """Records which compiled C++ libraries each Inductor graph loaded.
 
     Inductor loads a graph's generated module with
@@ -263,11 +312,11 @@ class _KernelCapture:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self._lock = threading.Lock()
         # graph key -> [(library path, code-cache key, code-cache class)]
         self._by_graph: dict[str, list[tuple[str, str, str]]] = {}
         self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar("precompile_graph_key", default=None)
-        self._originals: dict[str, Any] = {}
 
     def libraries_for(self, graph_key: str) -> list[tuple[str, str, str]]:
         with self._lock:
@@ -282,18 +331,11 @@ class _KernelCapture:
             if (path, key, cache_class) not in libs:
                 libs.append((path, key, cache_class))
 
-    @property
-    def active(self) -> bool:
-        return bool(self._originals)
-
-    def start(self) -> None:
+    def _apply(self) -> None:
         from torch._inductor.codecache import CppCodeCache, PyCodeCache
 
-        if self.active:
-            return
-        load_by_key_path = PyCodeCache.__dict__["load_by_key_path"]
-        load_library = CppCodeCache.__dict__["_load_library"]
-        self._originals = {"load_by_key_path": load_by_key_path, "_load_library": load_library}
+        load_by_key_path = vars(PyCodeCache)["load_by_key_path"]
+        load_library = vars(CppCodeCache)["_load_library"]
         capture = self
 
         @functools.wraps(load_by_key_path.__func__)
@@ -310,17 +352,8 @@ class _KernelCapture:
             capture._record(os.path.abspath(path), key, cls.__name__)
             return result
 
-        PyCodeCache.load_by_key_path = classmethod(_load_by_key_path)  # type: ignore[method-assign,assignment]
-        CppCodeCache._load_library = classmethod(_load_library)  # type: ignore[method-assign,assignment]
-
-    def stop(self) -> None:
-        from torch._inductor.codecache import CppCodeCache, PyCodeCache
-
-        if not self.active:
-            return
-        PyCodeCache.load_by_key_path = self._originals["load_by_key_path"]  # type: ignore[method-assign]
-        CppCodeCache._load_library = self._originals["_load_library"]  # type: ignore[method-assign]
-        self._originals = {}
+        self._replace(PyCodeCache, "load_by_key_path", classmethod(_load_by_key_path))
+        self._replace(CppCodeCache, "_load_library", classmethod(_load_library))
 
 
 kernel_capture = _KernelCapture()
@@ -408,7 +441,7 @@ def _is_probe(library: str, sources: tuple[str, ...]) -> bool:
         return False
 
 
-class _GuardEvaluation:
+class _GuardEvaluation(_Patch):
     """Routes torch's guard-string evaluation through `precompile.guards`.
 
     FxGraphCache and AOTAutogradCache keep several entries under one key and
@@ -419,16 +452,10 @@ class _GuardEvaluation:
     compiles rather than running it.
     """
 
-    def __init__(self) -> None:
-        self._original: Any = None
-
-    def start(self) -> None:
+    def _apply(self) -> None:
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-        if self._original is not None:
-            return
-        original = ShapeEnv.__dict__["evaluate_guards_expression"]
-        self._original = original
+        original = vars(ShapeEnv)["evaluate_guards_expression"]
 
         @functools.wraps(original)
         def evaluate_guards_expression(shape_env: Any, code: str, args: Any) -> bool:
@@ -446,15 +473,7 @@ class _GuardEvaluation:
                 log.warning("refusing a stored guard expression", exc_info=True)
                 return False
 
-        ShapeEnv.evaluate_guards_expression = evaluate_guards_expression  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        from torch.fx.experimental.symbolic_shapes import ShapeEnv
-
-        if self._original is None:
-            return
-        ShapeEnv.evaluate_guards_expression = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(ShapeEnv, "evaluate_guards_expression", evaluate_guards_expression)
 
 
 guard_evaluation = _GuardEvaluation()
@@ -504,7 +523,7 @@ def _make_result_picklable(result: Any) -> None:
             graph._triton_bundle = picklable_triton_bundle(bundle)
 
 
-class _BackendCapture:
+class _BackendCapture(_Patch):
     """Records a backend for every graph AOTAutograd compiles or serves.
 
     torch records each graph's result under its backend id when it saves
@@ -519,22 +538,16 @@ class _BackendCapture:
     ids use it.
     """
 
-    def __init__(self) -> None:
-        self._original: Any = None
-        self._original_save: Any = None
-
-    def start(self) -> None:
+    def _apply(self) -> None:
         from torch._functorch._aot_autograd import autograd_cache
 
         cache = getattr(autograd_cache, "AOTAutogradCache", None)
         lookup = None if cache is None else cache.__dict__.get("_lookup")
         save = None if cache is None else cache.__dict__.get("save")
-        if self._original is not None or not isinstance(lookup, staticmethod):
+        if not isinstance(lookup, staticmethod):
             return
-        self._original = lookup
         original = lookup.__func__
         if isinstance(save, staticmethod):
-            self._original_save = save
             original_save = save.__func__
 
             @functools.wraps(original_save)
@@ -545,7 +558,7 @@ class _BackendCapture:
                     log.debug("preparing Triton autotuners for the cache", exc_info=True)
                 return original_save(key, entry, *args, **kwargs)
 
-            cache.save = staticmethod(_save)
+            self._replace(cache, "save", staticmethod(_save))
 
         @functools.wraps(original)
         def _lookup(key: str, local: bool, remote: bool, args: Any, cache_info: Any, aot_config: Any) -> Any:
@@ -557,18 +570,7 @@ class _BackendCapture:
                     PrecompileContext.record_artifact(BundledAOTAutogradCacheArtifact(backend_id, result[0]))
             return result
 
-        cache._lookup = staticmethod(_lookup)
-
-    def stop(self) -> None:
-        if self._original is None:
-            return
-        from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
-
-        AOTAutogradCache._lookup = self._original
-        if self._original_save is not None:
-            AOTAutogradCache.save = self._original_save
-        self._original = None
-        self._original_save = None
+        self._replace(cache, "_lookup", staticmethod(_lookup))
 
 
 backend_capture = _BackendCapture()
@@ -578,7 +580,7 @@ class InstallFailed(RuntimeError):
     """A loaded entry could not be installed; torch compiles the function."""
 
 
-class _InstallHardening:
+class _InstallHardening(_Patch):
     """Makes installing a loaded entry all-or-nothing.
 
     An entry whose guards cannot be rebuilt here makes
@@ -590,14 +592,11 @@ class _InstallHardening:
     """
 
     def __init__(self) -> None:
-        self._original: Any = None
+        super().__init__()
         self.on_failure: Any = None
 
-    def start(self) -> None:
-        if self._original is not None:
-            return
-        original = CompilePackage.__dict__["install"]
-        self._original = original
+    def _apply(self) -> None:
+        original = vars(CompilePackage)["install"]
         hardening = self
 
         @functools.wraps(original)
@@ -610,13 +609,7 @@ class _InstallHardening:
                     hardening.on_failure(package, e)
                 raise InstallFailed(f"{type(e).__name__}: {e}") from e
 
-        CompilePackage.install = install  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        if self._original is None:
-            return
-        CompilePackage.install = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(CompilePackage, "install", install)
 
 
 install_hardening = _InstallHardening()
@@ -658,7 +651,7 @@ def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
     return _innermost(fn)
 
 
-class _GuardStateHandoff:
+class _GuardStateHandoff(_Patch):
     """Hands `CompilePackage.install` the guard states already unpickled.
 
     The store checks that every stored guard state unpickles before it hands
@@ -674,15 +667,12 @@ class _GuardStateHandoff:
     MAX_HELD = 64
 
     def __init__(self) -> None:
-        self._original: Any = None
+        super().__init__()
         self._held: dict[int, tuple[bytes, Any]] = {}
         self._lock = threading.Lock()
 
-    def start(self) -> None:
-        if self._original is not None:
-            return
+    def _apply(self) -> None:
         original = dynamo_package.load_guards_state
-        self._original = original
         handoff = self
 
         @functools.wraps(original)
@@ -693,24 +683,21 @@ class _GuardStateHandoff:
                 return held[1]
             return original(guards_state)
 
-        dynamo_package.load_guards_state = load_guards_state
+        self._replace(dynamo_package, "load_guards_state", load_guards_state)
 
-    def stop(self) -> None:
-        if self._original is None:
-            return
-        dynamo_package.load_guards_state = self._original
-        self._original = None
+    def _stopped(self) -> None:
         with self._lock:
             self._held.clear()
 
     def load(self, guards_state: bytes) -> Any:
         """Unpickle `guards_state` as install() does, keeping the result for it."""
-        state = (self._original or dynamo_package.load_guards_state)(guards_state)
-        if self._original is not None:
-            with self._lock:
-                while len(self._held) >= self.MAX_HELD:
-                    self._held.pop(next(iter(self._held)))
-                self._held[id(guards_state)] = (guards_state, state)
+        if not self.active:
+            return dynamo_package.load_guards_state(guards_state)
+        state = self.original(dynamo_package, "load_guards_state")(guards_state)
+        with self._lock:
+            while len(self._held) >= self.MAX_HELD:
+                self._held.pop(next(iter(self._held)))
+            self._held[id(guards_state)] = (guards_state, state)
         return state
 
 
@@ -756,7 +743,7 @@ def _stored_guards_built_once() -> contextlib.AbstractContextManager[Any]:
     return torch._dynamo.config.patch(caching_precompile=False)
 
 
-class _StoredCodeWatch:
+class _StoredCodeWatch(_Patch):
     """Tells a listener when Dynamo compiles a frame the store installed code for.
 
     `CompilePackage.install` builds one guard manager per stored guarded code
@@ -767,19 +754,20 @@ class _StoredCodeWatch:
     """
 
     def __init__(self) -> None:
-        self._originals: dict[str, Any] = {}
+        super().__init__()
         self._managers: dict[Any, list[Any]] = {}
         self.on_compile: Callable[[Any, dict[str, Any], list[Any]], None] | None = None
 
-    def start(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
+    def watch(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
+        """Start, telling `on_compile(code, f_locals, managers)` of each such compile."""
+        self.on_compile = on_compile
+        self.start()
+
+    def _apply(self) -> None:
         from torch._dynamo import convert_frame
 
-        self.on_compile = on_compile
-        if self._originals:
-            return
         load_guard_manager = dynamo_package.load_guard_manager
         compile_frame = convert_frame._compile
-        self._originals = {"load_guard_manager": load_guard_manager, "_compile": compile_frame}
         watch = self
 
         @functools.wraps(load_guard_manager)
@@ -799,17 +787,10 @@ class _StoredCodeWatch:
                     log.debug("explaining a stored-code compile failed", exc_info=True)
             return compile_frame(code, globals, locals, *args, **kwargs)
 
-        dynamo_package.load_guard_manager = _load_guard_manager
-        convert_frame._compile = _compile
+        self._replace(dynamo_package, "load_guard_manager", _load_guard_manager)
+        self._replace(convert_frame, "_compile", _compile)
 
-    def stop(self) -> None:
-        from torch._dynamo import convert_frame
-
-        if not self._originals:
-            return
-        dynamo_package.load_guard_manager = self._originals["load_guard_manager"]
-        convert_frame._compile = self._originals["_compile"]
-        self._originals = {}
+    def _stopped(self) -> None:
         self.on_compile = None
 
     def forget(self, code: Any) -> None:
@@ -842,7 +823,7 @@ def changed_sources(dynamo_entry: Any) -> list[str]:
     return sorted(changed)
 
 
-class _SourcePickling:
+class _SourcePickling(_Patch):
     """Guard sources that pickle into something their class can rebuild.
 
     Some torch releases (2.11) give every guard `Source` dataclass a
@@ -856,9 +837,6 @@ class _SourcePickling:
     by a round trip, not a version check; classes that pickle correctly are
     left alone.
     """
-
-    def __init__(self) -> None:
-        self._patched: dict[type, Any] = {}
 
     @staticmethod
     def _broken(kind: type) -> bool:
@@ -881,13 +859,11 @@ class _SourcePickling:
             return False
         return len(args) != len(init)
 
-    def start(self) -> None:
+    def _apply(self) -> None:
         import dataclasses
 
         from torch._guards import Source
 
-        if self._patched:
-            return
         pending = list(Source.__subclasses__())
         seen: set[type] = set()
         while pending:
@@ -902,19 +878,13 @@ class _SourcePickling:
             def __reduce__(self: Any) -> tuple[Any, ...]:
                 return (type(self), tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.init))
 
-            self._patched[cls] = cls.__dict__["__reduce__"]
-            cls.__reduce__ = __reduce__  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        for cls, original in self._patched.items():
-            cls.__reduce__ = original  # type: ignore[method-assign]
-        self._patched = {}
+            self._replace(cls, "__reduce__", __reduce__)
 
 
 source_pickling = _SourcePickling()
 
 
-class _UnboundGlobalNames:
+class _UnboundGlobalNames(_Patch):
     """Fresh global names that skip the names a loaded entry bound.
 
     `install()` binds a stored code's globals (`__builtins_dict___0`, ...)
@@ -927,17 +897,13 @@ class _UnboundGlobalNames:
     alone.
     """
 
-    def __init__(self) -> None:
-        self._original: Any = None
-
-    def start(self) -> None:
+    def _apply(self) -> None:
         import torch._dynamo.bytecode_transformation as bt
         from torch._dynamo.output_graph import OutputGraph
 
-        if self._original is not None or hasattr(bt, "unique_id_unbound_in"):
+        if hasattr(bt, "unique_id_unbound_in"):
             return
-        original = OutputGraph.__dict__["install_global"]
-        self._original = original
+        original = vars(OutputGraph)["install_global"]
 
         @functools.wraps(original)
         def install_global(self: Any, prefix: str, value: Any) -> str:
@@ -947,15 +913,7 @@ class _UnboundGlobalNames:
             self.install_global_unsafe(name, value)
             return name
 
-        OutputGraph.install_global = install_global  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        from torch._dynamo.output_graph import OutputGraph
-
-        if self._original is None:
-            return
-        OutputGraph.install_global = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(OutputGraph, "install_global", install_global)
 
 
 unbound_global_names = _UnboundGlobalNames()
@@ -1150,7 +1108,7 @@ class _LazyTemplate:
         return f"<lazy {self._template!r}>" if self._template is not None else "<lazy template, not compiled yet>"
 
 
-class _LazyKernelTemplates:
+class _LazyKernelTemplates(_Patch):
     """Inductor's kernel templates, compiled when a compile first renders one.
 
     Importing Inductor's kernel modules builds every Triton template (matmul,
@@ -1161,12 +1119,7 @@ class _LazyKernelTemplates:
     them behaves as before.
     """
 
-    def __init__(self) -> None:
-        self._original: Any = None
-
-    def start(self) -> None:
-        if self._original is not None:
-            return
+    def _apply(self) -> None:
         try:
             from torch._inductor.codegen.common import KernelTemplate
         except ImportError:
@@ -1175,21 +1128,12 @@ class _LazyKernelTemplates:
         if not isinstance(original, staticmethod):
             return  # a torch whose templates are built another way
         function = original.__func__
-        self._original = original
 
         @functools.wraps(function)
         def _template_from_string(source: str) -> Any:
             return _LazyTemplate(lambda: function(source))
 
-        KernelTemplate._template_from_string = staticmethod(_template_from_string)  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        if self._original is None:
-            return
-        from torch._inductor.codegen.common import KernelTemplate
-
-        KernelTemplate._template_from_string = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(KernelTemplate, "_template_from_string", staticmethod(_template_from_string))
 
 
 lazy_kernel_templates = _LazyKernelTemplates()
@@ -1213,7 +1157,7 @@ def _named_class(value: Any) -> bool:
     return found is value
 
 
-class _NamedClassGuards:
+class _NamedClassGuards(_Patch):
     """Serialize CLASS_MATCH guards on classes that are importable by name.
 
     torch refuses to serialize any CLASS_MATCH guard (an identity check on a
@@ -1229,19 +1173,16 @@ class _NamedClassGuards:
     """
 
     def __init__(self) -> None:
-        self._original: Any = None
+        super().__init__()
         self._lock = threading.Lock()
 
-    def start(self) -> None:
+    def _apply(self) -> None:
         from torch._dynamo.guards import CheckFunctionManager
 
-        if self._original is not None:
-            return
         unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
         original = CheckFunctionManager.__dict__.get("serialize_guards")
         if not isinstance(unsupported, tuple) or "CLASS_MATCH" not in unsupported or original is None:
             return  # a torch that serializes them already, or that we do not know
-        self._original = original
         lock = self._lock
 
         @functools.wraps(original)
@@ -1258,15 +1199,7 @@ class _NamedClassGuards:
                 finally:
                     CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
 
-        CheckFunctionManager.serialize_guards = serialize_guards  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        from torch._dynamo.guards import CheckFunctionManager
-
-        if self._original is None:
-            return
-        CheckFunctionManager.serialize_guards = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
 
 
 def _class_matches_are_named(builder: Any, guards: Any) -> bool:
@@ -1291,7 +1224,7 @@ def _class_matches_are_named(builder: Any, guards: Any) -> bool:
 named_class_guards = _NamedClassGuards()
 
 
-class _ModuleAliasRecorder:
+class _ModuleAliasRecorder(_Patch):
     """Remembers which module each `___module_*` global Dynamo installs names.
 
     Dynamo deletes an installed global once the compiled code that uses it
@@ -1304,16 +1237,15 @@ class _ModuleAliasRecorder:
     PREFIX = "___module_"
 
     def __init__(self) -> None:
-        self._original: Any = None
+        super().__init__()
         self.names: dict[str, str] = {}
 
-    def start(self) -> None:
+    def _apply(self) -> None:
         from torch._dynamo.output_graph import OutputGraph
 
         original = OutputGraph.__dict__.get("install_global_by_id")
-        if self._original is not None or original is None:
+        if original is None:
             return
-        self._original = original
         recorder = self
 
         @functools.wraps(original)
@@ -1325,21 +1257,13 @@ class _ModuleAliasRecorder:
                     recorder.names[name] = module_name
             return name
 
-        OutputGraph.install_global_by_id = install_global_by_id  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        from torch._dynamo.output_graph import OutputGraph
-
-        if self._original is None:
-            return
-        OutputGraph.install_global_by_id = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(OutputGraph, "install_global_by_id", install_global_by_id)
 
 
 module_alias_recorder = _ModuleAliasRecorder()
 
 
-class _UnnamedFrames:
+class _UnnamedFrames(_Patch):
     """Frames whose code torch's package cannot name compile, unstored.
 
     Under torch.compile Dynamo compiles every frame it enters, code that no
@@ -1354,7 +1278,7 @@ class _UnnamedFrames:
     """
 
     def __init__(self) -> None:
-        self._originals: dict[str, Any] = {}
+        super().__init__()
         self.on_unnamed: Callable[[Any, BaseException], None] | None = None
         # Codes of frames compiled outside the package (their resume
         # functions included), per package; weak so a dropped package goes.
@@ -1362,16 +1286,13 @@ class _UnnamedFrames:
         # Detached entries being compiled against, by id (they are unhashable).
         self._entries: dict[int, Any] = {}
 
-    def start(self) -> None:
+    def _apply(self) -> None:
         import weakref
 
-        if self._originals:
-            return
         code_context = CompilePackage.__dict__.get("code_context")
         add_resume = CompilePackage.__dict__.get("add_resume_function")
         if code_context is None or add_resume is None or not hasattr(CompilePackage, "_add_user_function"):
             return  # a torch whose package we do not know
-        self._originals = {"code_context": code_context, "add_resume_function": add_resume}
         self._detached = weakref.WeakKeyDictionary()
         frames = self
 
@@ -1426,13 +1347,10 @@ class _UnnamedFrames:
                 return None
             return add_resume(package, python_code, *args, **kwargs)
 
-        CompilePackage.code_context = wrapped_code_context  # type: ignore[method-assign]
-        CompilePackage.add_resume_function = add_resume_function  # type: ignore[method-assign]
+        self._replace(CompilePackage, "code_context", wrapped_code_context)
+        self._replace(CompilePackage, "add_resume_function", add_resume_function)
 
-    def stop(self) -> None:
-        for name, original in self._originals.items():
-            setattr(CompilePackage, name, original)
-        self._originals = {}
+    def _stopped(self) -> None:
         self._detached = None
         self._entries = {}
 
@@ -1440,7 +1358,7 @@ class _UnnamedFrames:
 unnamed_frames = _UnnamedFrames()
 
 
-class _DeviceTypeUnion:
+class _DeviceTypeUnion(_Patch):
     """A package's device stays the accelerator once any frame named one.
 
     Some torch versions (2.11) keep only the device of the last compiled
@@ -1451,14 +1369,10 @@ class _DeviceTypeUnion:
     result. Where the package keeps no single `_device_type`, nothing changes.
     """
 
-    def __init__(self) -> None:
-        self._original: Any = None
-
-    def start(self) -> None:
+    def _apply(self) -> None:
         original = CompilePackage.__dict__.get("update_device_type")
-        if self._original is not None or original is None:
+        if original is None:
             return
-        self._original = original
 
         @functools.wraps(original)
         def update_device_type(package: Any, graph: Any) -> None:
@@ -1467,13 +1381,7 @@ class _DeviceTypeUnion:
             if isinstance(before, str) and before != "cpu" and getattr(package, "_device_type", None) == "cpu":
                 package._device_type = before
 
-        CompilePackage.update_device_type = update_device_type  # type: ignore[method-assign]
-
-    def stop(self) -> None:
-        if self._original is None:
-            return
-        CompilePackage.update_device_type = self._original  # type: ignore[method-assign]
-        self._original = None
+        self._replace(CompilePackage, "update_device_type", update_device_type)
 
 
 device_type_union = _DeviceTypeUnion()

@@ -60,7 +60,7 @@ def begin(store_path: Any) -> None:
     _run.begin(store_path, tc.TORCH_VERSION)
     with _warned:
         _warned_once.clear()
-    tc.stored_code_watch.start(_on_stored_code_compile)
+    tc.stored_code_watch.watch(_on_stored_code_compile)
 
 
 def end() -> None:
