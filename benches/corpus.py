@@ -75,6 +75,27 @@ def gpt2() -> Calls:
     return _infer(model, [{"input_ids": _ids(512, 1, n)} for n in (8, 12)])
 
 
+def llama() -> Calls:
+    """Llama family: rotary embeddings, grouped-query attention, RMSNorm.
+
+    Three sequence lengths: the second makes Dynamo recompile with a dynamic
+    length, the third runs that dynamic graph.
+    """
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=64,
+    )
+    model = LlamaModel(config).eval().to(device)
+    return _infer(model, [{"input_ids": _ids(256, 1, n)} for n in (8, 12, 16)])
+
+
 def bert() -> Calls:
     from transformers import BertConfig, BertModel
 
@@ -146,6 +167,7 @@ MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {
     "resnet18": ("torchvision", resnet18),
     "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
     "gpt2": ("transformers", gpt2),
+    "llama": ("transformers", llama),
     "bert": ("transformers", bert),
     "t5": ("transformers", t5),
     "gpt2_train": ("transformers", gpt2_train),

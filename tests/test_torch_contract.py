@@ -317,6 +317,53 @@ def _by_class(x: torch.Tensor, cfg: object) -> torch.Tensor:
     return x * type(cfg).scale
 
 
+class _FreshView:
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+
+    def __len__(self) -> int:
+        return 2
+
+
+class _ViewingConfig:
+    # A class of its own __getattribute__ makes Dynamo read (and guard) its
+    # attributes through `object.__getattribute__`, so the property's result
+    # is a guarded object, a new one on every read: transformers' configs
+    # and their `per_layer_config`, which every Llama-family model reads.
+    def __getattribute__(self, key: str) -> object:
+        return super().__getattribute__(key)
+
+    @property
+    def view(self) -> _FreshView:
+        return _FreshView(self)
+
+
+def _through_view(x: torch.Tensor, cfg: _ViewingConfig) -> torch.Tensor:
+    return x * len(cfg.view)
+
+
+def test_a_guarded_object_made_anew_on_each_read_compiles_saves_and_loads(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    # caching_precompile builds each guard twice; the second build meets a
+    # new view while the first is alive. torch 2.11 raised AssertionError
+    # ("Guarded object must be identical") out of the call.
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.compile(_through_view)(x, _ViewingConfig()), x * 2)
+    PrecompileContext.save_to_dynamo_cache()
+    assert _stored_variants(_through_view) == [(False, 1)]
+    _reset()
+    _reset_precompile_entries(_through_view.__code__)
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_through_view)(x, _ViewingConfig()), x * 2)
+            # The loaded guard still checks the view's type.
+            with pytest.raises(RuntimeError, match="fail_on_recompile"):
+                torch.compile(_through_view)(x, _Scaled())
+    finally:
+        _reset_precompile_entries(_through_view.__code__)
+
+
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:
     entry = DynamoCache.load(fn)
     assert entry is not None

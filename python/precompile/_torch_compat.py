@@ -67,6 +67,7 @@ __all__ = [
     "entry_source_location",
     "guard_evaluation",
     "guard_state_handoff",
+    "guarded_objects_per_build",
     "InstallHash",
     "in_process_kernel_loads",
     "install_hardening",
@@ -1222,6 +1223,42 @@ def _class_matches_are_named(builder: Any, guards: Any) -> bool:
 
 
 named_class_guards = _NamedClassGuards()
+
+
+class _GuardedObjectsPerBuild(_Patch):
+    """Each guard build records the objects it guards afresh.
+
+    With `caching_precompile` on, `CheckFunctionManager` builds the same
+    `Guard` objects twice (a pass to evaluate its filter, then the real one).
+    A guard records a weak reference to the object it checks and asserts
+    that a later record names the same object while the first is alive. A
+    source that yields a new object on every evaluation (a property that
+    returns a fresh view, as transformers' `config.per_layer_config` does
+    on Llama-family models) then fails the second pass: torch 2.11 raises
+    AssertionError out of the user's call. While installed, each build starts
+    with no recorded object, as a build without a filter pass does; the
+    identity check still holds within a build. No guard is dropped or
+    changed: the record is only export and debug information.
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+        from torch._guards import Guard
+
+        original = CheckFunctionManager.__dict__.get("build_guards")
+        if original is None or not hasattr(Guard, "obj_weakref"):
+            return  # a torch that builds guards another way
+
+        @functools.wraps(original)
+        def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
+            for guard in args[0] if args else kwargs.get("sorted_guards", ()):
+                guard.obj_weakref = None
+            return original(manager, *args, **kwargs)
+
+        self._replace(CheckFunctionManager, "build_guards", build_guards)
+
+
+guarded_objects_per_build = _GuardedObjectsPerBuild()
 
 
 class _ModuleAliasRecorder(_Patch):

@@ -265,6 +265,7 @@ def install(
         tc.lazy_kernel_templates.start()
         tc.guard_state_handoff.start()
         tc.named_class_guards.start()
+        tc.guarded_objects_per_build.start()
         tc.module_alias_recorder.start()
         tc.unnamed_frames.on_unnamed = explain.unstorable
         tc.unnamed_frames.start()
@@ -294,6 +295,7 @@ def uninstall() -> None:
         tc.lazy_kernel_templates.stop()
         tc.guard_state_handoff.stop()
         tc.named_class_guards.stop()
+        tc.guarded_objects_per_build.stop()
         tc.module_alias_recorder.stop()
         tc.unnamed_frames.stop()
         tc.device_type_union.stop()
