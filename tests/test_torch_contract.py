@@ -162,6 +162,63 @@ def test_dynamo_cache_clear_forgets_entries(store: Path) -> None:
     assert DynamoCache.load(_sin_cos) is None
 
 
+def _sin_matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return x.sin() @ y
+
+
+def _sin_matmul_step(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    out = torch.compile(_sin_matmul)(a, b)
+    out.sum().backward()
+    return out.detach()
+
+
+def _artifact_counts(info: object) -> tuple[int, ...]:
+    kinds = ("inductor", "autotune", "aot_autograd", "pgo", "precompile")
+    return tuple(len(getattr(info, f"{kind}_artifacts")) for kind in kinds)
+
+
+def test_mega_cache_artifacts_report_and_serve_as_torchs(store: Path, tmp_path: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+    from torch._inductor.utils import fresh_cache
+    from torch.compiler._cache import CacheArtifactManager
+
+    # torch's own hot-load test (test_cache_hot_load_caching_precompile),
+    # with its counts, against the store: a compiled training step's
+    # artifacts, then a host with fresh caches and an empty store.
+    CacheArtifactManager.clear()
+    a = torch.rand(16, 16, requires_grad=True)
+    b = torch.rand(16, 16, requires_grad=True)
+    expected = _sin_matmul(a, b).detach()
+    with fresh_cache():
+        torch.testing.assert_close(_sin_matmul_step(a, b), expected)
+    assert counters["aot_autograd"]["autograd_cache_miss"] == 1
+    assert counters["dynamo_cache"]["dynamo_cache_miss"] == 1
+    saved = torch.compiler.save_cache_artifacts()
+    assert saved is not None
+    artifact_bytes, info = saved
+    assert _artifact_counts(info) == (2, 0, 1, 0, 1)
+    _reset()
+    _reset_precompile_entries(_sin_matmul.__code__)
+    counters.clear()
+    precompile.uninstall()
+    try:
+        with (
+            precompile.installed(tmp_path / "other-host", save_on_exit=False),
+            fresh_cache(),
+            torch.compiler.set_stance("fail_on_recompile"),
+        ):
+            info = torch.compiler.load_cache_artifacts(artifact_bytes)
+            assert info is not None and _artifact_counts(info) == (2, 0, 1, 0, 1)
+            torch.testing.assert_close(_sin_matmul_step(a, b), expected)
+            assert counters["dynamo_cache"]["dynamo_cache_hit"] == 1
+            assert counters["dynamo_cache"]["dynamo_cache_miss"] == 0
+            assert counters["aot_autograd"]["autograd_cache_miss"] == 0
+            assert counters["aot_autograd"]["autograd_cache_hit"] == 0
+    finally:
+        _reset_precompile_entries(_sin_matmul.__code__)
+        CacheArtifactManager.clear()
+
+
 def test_every_manifest_a_save_writes_validates(store: Path) -> None:
     _sin_cos, _cos_plus, _with_break = _functions()
     torch.compile(_with_break)(torch.randn(4, 4))
