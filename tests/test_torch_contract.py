@@ -9,8 +9,9 @@ return values, frame counters, counters and the backends a reload installs.
 
 from __future__ import annotations
 
+import functools
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -289,7 +290,8 @@ def test_an_entry_that_cannot_install_is_a_miss_with_a_warning(store: Path) -> N
         precompile.StoreDynamoCache.load = original  # type: ignore[method-assign]
     torch.testing.assert_close(out, _sin_cos(x))
     assert counters["precompile"]["install_failed"] == 1
-    assert any(issubclass(w.category, precompile.PrecompileWarning) for w in caught)
+    (warning,) = [w for w in caught if issubclass(w.category, precompile.PrecompileWarning)]
+    assert "entry for _functions.<locals>.sin_cos could not be installed" in str(warning.message)
 
 
 def test_ls_and_show_name_the_function(store: Path) -> None:
@@ -419,6 +421,66 @@ def test_a_guarded_object_made_anew_on_each_read_compiles_saves_and_loads(store:
                 torch.compile(_through_view)(x, _Scaled())
     finally:
         _reset_precompile_entries(_through_view.__code__)
+
+
+def _flagged(flag: bool) -> Callable[[Callable[..., torch.Tensor]], Callable[..., torch.Tensor]]:
+    def decorate(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+        @functools.wraps(fn)
+        def doubled_if_flagged(*args: object, **kwargs: object) -> torch.Tensor:
+            out = fn(*args, **kwargs)
+            return out * 2 if flag else out
+
+        return doubled_if_flagged
+
+    return decorate
+
+
+def _plus_one(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    @functools.wraps(fn)
+    def plus_one(*args: object, **kwargs: object) -> torch.Tensor:
+        return fn(*args, **kwargs) + 1
+
+    return plus_one
+
+
+class _Decorated(torch.nn.Module):
+    # Stacked functools.wraps decorators, as transformers' models have: the
+    # compiled frame is `plus_one`, and Dynamo guards `flag` through the
+    # inner wrapper's closure. That wrapper's copied name imports back to
+    # the outer one, so torch alone saves it as a placeholder.
+    @_plus_one
+    @_flagged(False)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sin()
+
+
+class _DecoratedFlagged(torch.nn.Module):
+    @_plus_one
+    @_flagged(True)
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sin()
+
+
+def test_a_guard_through_a_wrapped_function_loads_and_still_checks(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    code = _Decorated.forward.__code__  # plus_one's, shared by both classes
+    x = torch.randn(4)
+    torch.testing.assert_close(torch.compile(_Decorated())(x), x.sin() + 1)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+    _reset_precompile_entries(code)
+    counters.clear()
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_Decorated())(x), x.sin() + 1)
+            assert counters["precompile"]["install_failed"] == 0
+            assert counters["precompile"]["frames_loaded"] == 1
+            # The same frame code under the other flag fails the loaded guard.
+            with pytest.raises(RuntimeError, match="fail_on_recompile"):
+                torch.compile(_DecoratedFlagged())(x)
+    finally:
+        _reset_precompile_entries(code)
 
 
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:

@@ -67,6 +67,7 @@ __all__ = [
     "entry_source_location",
     "guard_evaluation",
     "guard_state_handoff",
+    "guarded_functions_by_value",
     "guarded_objects_per_build",
     "InstallHash",
     "in_process_kernel_loads",
@@ -605,9 +606,10 @@ class _InstallHardening(_Patch):
             try:
                 original(package, backends)
             except Exception as e:
-                _undo_install(package)
+                # Told first: undoing resets the package, its function too.
                 if hardening.on_failure is not None:
                     hardening.on_failure(package, e)
+                _undo_install(package)
                 raise InstallFailed(f"{type(e).__name__}: {e}") from e
 
         self._replace(CompilePackage, "install", install)
@@ -1259,6 +1261,71 @@ class _GuardedObjectsPerBuild(_Patch):
 
 
 guarded_objects_per_build = _GuardedObjectsPerBuild()
+
+
+def _resolves_by_name(fn: Any) -> bool:
+    """Whether `fn`'s module and qualified name import back to `fn` itself."""
+    found: Any = sys.modules.get(getattr(fn, "__module__", None) or "")
+    for part in fn.__qualname__.split("."):
+        found = getattr(found, part, None)
+    return found is fn
+
+
+class _GuardedFunctionsByValue(_Patch):
+    """A function a guard walks through is saved by value.
+
+    A guard state pickles the frame's scope. A function whose module and
+    qualified name do not import back to it (every `functools.wraps`
+    wrapper copies the wrapped function's names) is saved as torch's
+    `_Missing` placeholder. Where a guard's source walks through such a
+    function (transformers' stacked decorators: `L['func'].__closure__[0]
+    .cell_contents.__closure__[3].cell_contents == False`), rebuilding that
+    guard on load raises on the placeholder, the install fails and the frame
+    compiles: Mistral, Gemma 2 and Phi-3 on torch 2.11. Newer torch rebuilds
+    such a function from its code (`_reduce_function_by_value`). On a torch
+    without that, while installed, a function some guard reaches is saved as
+    torch saves a nested function (code, qualified name, defaults, closure,
+    with the globals of the module that defined it) and rebuilt by torch's
+    own unpickler; a function no guard reaches stays a placeholder.
+    """
+
+    def _apply(self) -> None:
+        import inspect
+
+        from torch._dynamo.guards import GuardsStatePickler
+
+        original = vars(GuardsStatePickler).get("reducer_override")
+        if (
+            original is None
+            or hasattr(GuardsStatePickler, "_reduce_function_by_value")
+            or not hasattr(GuardsStatePickler, "_unpickle_nested_function")
+        ):
+            return  # a torch that rebuilds them already, or that we do not know
+
+        @functools.wraps(original)
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            if (
+                inspect.isfunction(obj)
+                and id(obj) in getattr(pickler, "guard_tree_values", ())
+                and "<locals>" not in obj.__qualname__
+                and not _resolves_by_name(obj)
+            ):
+                module_name = obj.__globals__.get("__name__")
+                module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+                if module is not None and vars(module) is obj.__globals__:
+                    return type(pickler)._unpickle_nested_function, (
+                        obj.__code__,
+                        module_name,
+                        obj.__qualname__,
+                        obj.__defaults__,
+                        obj.__closure__,
+                    )
+            return original(pickler, obj)
+
+        self._replace(GuardsStatePickler, "reducer_override", reducer_override)
+
+
+guarded_functions_by_value = _GuardedFunctionsByValue()
 
 
 class _ModuleAliasRecorder(_Patch):

@@ -266,6 +266,7 @@ def install(
         tc.guard_state_handoff.start()
         tc.named_class_guards.start()
         tc.guarded_objects_per_build.start()
+        tc.guarded_functions_by_value.start()
         tc.module_alias_recorder.start()
         tc.unnamed_frames.on_unnamed = explain.unstorable
         tc.unnamed_frames.start()
@@ -296,6 +297,7 @@ def uninstall() -> None:
         tc.guard_state_handoff.stop()
         tc.named_class_guards.stop()
         tc.guarded_objects_per_build.stop()
+        tc.guarded_functions_by_value.stop()
         tc.module_alias_recorder.stop()
         tc.unnamed_frames.stop()
         tc.device_type_union.stop()
