@@ -75,15 +75,12 @@ def gpt2() -> Calls:
     return _infer(model, [{"input_ids": _ids(512, 1, n)} for n in (8, 12)])
 
 
-def llama() -> Calls:
-    """Llama family: rotary embeddings, grouped-query attention, RMSNorm.
+def _decoder(config_name: str, model_name: str, lengths: tuple[int, ...], **extra: object) -> Calls:
+    """A 2-layer decoder of a Llama-style family (rotary embeddings, grouped-query
+    attention, RMSNorm), one input per sequence length."""
+    import transformers
 
-    Three sequence lengths: the second makes Dynamo recompile with a dynamic
-    length, the third runs that dynamic graph.
-    """
-    from transformers import LlamaConfig, LlamaModel
-
-    config = LlamaConfig(
+    config = getattr(transformers, config_name)(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -91,9 +88,22 @@ def llama() -> Calls:
         num_key_value_heads=2,
         vocab_size=256,
         max_position_embeddings=64,
+        **extra,
     )
-    model = LlamaModel(config).eval().to(device)
-    return _infer(model, [{"input_ids": _ids(256, 1, n)} for n in (8, 12, 16)])
+    model = getattr(transformers, model_name)(config).eval().to(device)
+    return _infer(model, [{"input_ids": _ids(256, 1, n)} for n in lengths])
+
+
+def llama() -> Calls:
+    # The second length makes Dynamo recompile with a dynamic length, the
+    # third runs that dynamic graph.
+    return _decoder("LlamaConfig", "LlamaModel", (8, 12, 16))
+
+
+def mistral() -> Calls:
+    # Sliding-window attention, and a forward under stacked decorators whose
+    # guards reach through a wrapper's closure.
+    return _decoder("MistralConfig", "MistralModel", (6, 12), sliding_window=8)
 
 
 def bert() -> Calls:
@@ -168,6 +178,7 @@ MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {
     "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
     "gpt2": ("transformers", gpt2),
     "llama": ("transformers", llama),
+    "mistral": ("transformers", mistral),
     "bert": ("transformers", bert),
     "t5": ("transformers", t5),
     "gpt2_train": ("transformers", gpt2_train),
