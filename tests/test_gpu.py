@@ -30,18 +30,21 @@ def _triton_files(side: Path) -> list[str]:
     return files
 
 
-def _stored_triton_files(store: Path, entries: dict) -> list[str]:
+def _stored_graphs(store: Path, entries: dict) -> list[dict]:
     s = precompile.Store(str(store))
-    names = []
+    graphs = []
     for entry in entries.values():
         _, meta = s.get_manifest(entry)
         for record in meta["backends"].values():
             _, backend = s.get_manifest(record["manifest"])
             for side in ("forward", "backward"):
                 if backend[side] is not None:
-                    _, graph = s.get_manifest(backend[side])
-                    names += [f[0] for kernel in graph["triton"] for f in kernel["files"]]
-    return names
+                    graphs.append(s.get_manifest(backend[side])[1])
+    return graphs
+
+
+def _stored_triton_files(store: Path, entries: dict) -> list[str]:
+    return [f[0] for graph in _stored_graphs(store, entries) for kernel in graph["triton"] for f in kernel["files"]]
 
 
 def test_cuda_second_process_loads_triton_kernels_from_the_store(tmp_path: Path) -> None:
@@ -70,6 +73,27 @@ def test_cuda_second_process_loads_triton_kernels_from_the_store(tmp_path: Path)
     # The compiling process memoized the install hashes for this host.
     assert counter(b, "precompile", "triton_key_memo_hit") == 1, b["counters"]
     assert counter(b, "precompile", "torch_key_memo_hit") == 1, b["counters"]
+
+
+_BENCHMARKS = "benchmarking.InductorBenchmarker.benchmark_gpu"
+
+
+def test_cuda_autotuning_results_travel_and_a_fresh_host_benchmarks_nothing(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("cuda_reductions", "compile", store, tmp_path)
+    # The compiling host chose among candidate configs by benchmarking them.
+    assert counter(a, "inductor", _BENCHMARKS) > 0, a["counters"]
+    tuned = [t for graph in _stored_graphs(store, a["report"]["entries"]) for t in graph.get("autotune", [])]
+    assert tuned, "the graph should carry its kernels' autotuning results"
+    b = run_scenario("cuda_reductions", "load", store, tmp_path)
+    # Same configs, so bit-identical outputs, and nothing benchmarked.
+    for x, y in zip(a["outputs"], b["outputs"], strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert counter(b, "inductor", _BENCHMARKS) == 0, b["counters"]
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    assert b["compiler_runs"] == []
+    placed = [p for p in (tmp_path / "load").rglob("*.best_config")]
+    assert len(placed) >= len(tuned), placed
 
 
 def test_cuda_identical_kernels_are_stored_once(tmp_path: Path) -> None:

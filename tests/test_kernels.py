@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+import precompile
 from precompile import kernels
+from precompile.results import StoredGraph
+from precompile.schema import AutotuneRef, FormatError, GraphMeta, PickledRef
 
 
 @pytest.mark.parametrize(
@@ -30,6 +33,62 @@ def test_library_is_placed_once(tmp_path: Path) -> None:
 def test_library_relpath_only_inside_cache_dir(tmp_path: Path) -> None:
     assert kernels.library_relpath(str(tmp_path / "xy" / "cxy.so"), str(tmp_path)) == "xy/cxy.so"
     assert kernels.library_relpath("/usr/lib/libc.so", str(tmp_path)) is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "../evil.best_config",
+        "/etc/evil.best_config",
+        "ab/../../evil.best_config",
+        "ab/cd/evil.best_config",
+        "ab/evil.so",
+        "ab/evil.best_config.py",
+        "ab/.best_config",
+        "",
+    ],
+)
+def test_autotune_paths_outside_the_cache_dir_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="refusing"):
+        kernels.validate_autotune_path(bad)
+
+
+def test_autotune_result_is_placed_once_and_a_hosts_own_is_kept(tmp_path: Path) -> None:
+    rel = "xk/" + "ab" * 32 + ".best_config"
+    assert kernels.autotune_relpath(str(tmp_path / rel), str(tmp_path)) == rel
+    assert kernels.autotune_relpath("/etc/passwd", str(tmp_path)) is None
+    assert kernels.place_autotune(str(tmp_path), rel, b'{"XBLOCK": 64}')
+    assert not kernels.place_autotune(str(tmp_path), rel, b'{"XBLOCK": 128}')
+    assert json.loads((tmp_path / rel).read_text()) == {"XBLOCK": 64}
+    assert (tmp_path / rel).stat().st_mode & 0o777 == 0o644
+
+
+def _graph_meta(autotune: tuple[AutotuneRef, ...]) -> GraphMeta:
+    return GraphMeta(skeleton=PickledRef("a" * 64), fields={}, autotune=autotune)
+
+
+def test_a_graph_manifest_carries_autotune_results_only_when_it_has_some() -> None:
+    plain = _graph_meta(()).to_json()
+    # No key at all: a graph without tuning keeps its manifest and digest.
+    assert "autotune" not in plain and GraphMeta.from_json(plain).autotune == ()
+    tuned = _graph_meta((AutotuneRef("xk/k.best_config", "b" * 64),))
+    doc = tuned.to_json()
+    assert doc["autotune"] == [["xk/k.best_config", "b" * 64]]
+    assert GraphMeta.from_json(doc) == tuned
+    assert "b" * 64 in GraphMeta.from_json(doc).children()
+    for bad in ({"autotune": "xk/k.best_config"}, {"autotune": [["xk/k.best_config"]]}):
+        with pytest.raises(FormatError, match="autotune"):
+            GraphMeta.from_json({**plain, **bad})
+
+
+def test_a_stored_graph_with_a_hostile_autotune_path_is_refused(tmp_path: Path) -> None:
+    store = precompile.Store(str(tmp_path / "store"))
+    blob = store.put(b"{}")
+    skeleton = PickledRef(store.put(b"not read"))
+    meta = GraphMeta(skeleton=skeleton, fields={}, autotune=(AutotuneRef("../../outside.best_config", blob),))
+    digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
+    with pytest.raises(ValueError, match="refusing stored autotune path"):
+        StoredGraph.read(store, digest, {})
 
 
 def test_group_file_keeps_only_what_launching_reads() -> None:

@@ -44,6 +44,7 @@ from torch._inductor.triton_bundler import (
 
 __all__ = [
     "BackendCacheArtifact",
+    "autotune_capture",
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",
     "CompilePackage",
@@ -359,6 +360,68 @@ class _KernelCapture(_Patch):
 
 
 kernel_capture = _KernelCapture()
+
+
+class _AutotuneCapture(_Patch):
+    """Records where Inductor keeps each Triton kernel's autotuning result.
+
+    A Triton kernel with several candidate configs is benchmarked on its
+    first run, and the winner is written as a `.best_config` file beside the
+    kernel's source in Inductor's cache dir; a later process reads it and
+    benchmarks nothing. A fresh host has no such file: it benchmarks every
+    such kernel again on its first call, and may pick another config than
+    the host that saved the entry. Each result is recorded under the Triton
+    cache hash of the winning binary, which the graph's Triton bundle lists,
+    whether this process wrote it or read it, so a save can carry it.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._paths: dict[str, str] = {}
+
+    def path_for(self, kernel_hash: str) -> str | None:
+        """The result file recorded for the Triton binary `kernel_hash`, if it exists."""
+        with self._lock:
+            path = self._paths.get(kernel_hash)
+        return path if path is not None and os.path.isfile(path) else None
+
+    def _note(self, cache: Any, kernel_hash: Any) -> None:
+        local = getattr(cache, "local_cache", None)
+        if isinstance(kernel_hash, str) and isinstance(local, tuple) and len(local) == 2 and isinstance(local[1], str):
+            with self._lock:
+                self._paths[kernel_hash] = local[1]
+
+    def _apply(self) -> None:
+        try:
+            from torch._inductor.runtime.autotune_cache import AutotuneCache
+        except ImportError:
+            return
+        save = vars(AutotuneCache).get("save")
+        read = vars(AutotuneCache).get("_read")
+        if save is None or read is None:
+            return  # a torch that keeps them another way
+        capture = self
+
+        @functools.wraps(save)
+        def save_result(cache: Any, config: Any, time_taken_ns: Any, *args: Any, **kwargs: Any) -> Any:
+            result = save(cache, config, time_taken_ns, *args, **kwargs)
+            # save(config, time_taken_ns, found_by_coordesc=False, triton_cache_hash=None)
+            capture._note(cache, kwargs.get("triton_cache_hash", args[1] if len(args) > 1 else None))
+            return result
+
+        @functools.wraps(read)
+        def read_result(cache: Any) -> Any:
+            best = read(cache)
+            if isinstance(best, dict):
+                capture._note(cache, best.get("triton_cache_hash"))
+            return best
+
+        self._replace(AutotuneCache, "save", save_result)
+        self._replace(AutotuneCache, "_read", read_result)
+
+
+autotune_capture = _AutotuneCapture()
 
 
 def _isa_probe_sources() -> tuple[str, ...]:

@@ -12,6 +12,10 @@ Two kinds of binaries make a warm start compile-free:
   read on the load path. The group file that tells Triton which files belong
   to a kernel is rewritten to list just those, or Triton would treat the
   missing IR as a cache miss.
+- Triton autotuning results (`.best_config`): which of a kernel's candidate
+  configs won on the host that compiled it. Placed beside where Inductor
+  keeps the kernel's source, they spare a fresh host the benchmarking and
+  make it launch the same config.
 """
 
 from __future__ import annotations
@@ -20,14 +24,18 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 __all__ = [
     "LOAD_EXTENSIONS",
+    "autotune_relpath",
     "is_load_file",
     "mark_probe_loaded",
+    "place_autotune",
     "place_library",
     "trim_group_file",
+    "validate_autotune_path",
     "validate_library_path",
 ]
 
@@ -35,6 +43,9 @@ __all__ = [
 LOAD_EXTENSIONS = (".cubin", ".hsaco", ".zebin", ".spv", ".json")
 
 _LIBRARY_PATH = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.\-]{1,200}\.so$")
+# Inductor's `<dir of the kernel source>/<key>.best_config`: a two-character
+# dir and a hash-derived name.
+_AUTOTUNE_PATH = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_\-]{1,200}\.best_config$")
 
 
 def is_load_file(filename: str) -> bool:
@@ -62,15 +73,31 @@ def validate_library_path(relpath: str) -> str:
     return relpath
 
 
-def library_relpath(path: str, cache_dir: str) -> str | None:
-    """`path` relative to the Inductor cache dir, or None if it lies elsewhere."""
+def validate_autotune_path(relpath: str) -> str:
+    """Refuse a stored autotuning-result path that could land outside the cache dir."""
+    if not _AUTOTUNE_PATH.match(relpath) or ".." in relpath:
+        raise ValueError(f"refusing stored autotune path {relpath!r}")
+    return relpath
+
+
+def _relpath(path: str, cache_dir: str, validate: Callable[[str], str]) -> str | None:
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(cache_dir))
     if rel.startswith(".."):
         return None
     try:
-        return validate_library_path(rel.replace(os.sep, "/"))
+        return validate(rel.replace(os.sep, "/"))
     except ValueError:
         return None
+
+
+def library_relpath(path: str, cache_dir: str) -> str | None:
+    """`path` relative to the Inductor cache dir, or None if it lies elsewhere."""
+    return _relpath(path, cache_dir, validate_library_path)
+
+
+def autotune_relpath(path: str, cache_dir: str) -> str | None:
+    """An autotuning result's `path` relative to the Inductor cache dir, or None."""
+    return _relpath(path, cache_dir, validate_autotune_path)
 
 
 def mark_probe_loaded(cache_dir: str, relpath: str) -> None:
@@ -87,11 +114,20 @@ def mark_probe_loaded(cache_dir: str, relpath: str) -> None:
 def place_library(cache_dir: str, relpath: str, blob: Any) -> bool:
     """Write a stored library to its place in the cache dir unless one is there.
 
-    Written to a temporary name and renamed, so a process that loads the
-    library at the same moment sees either nothing or the whole file. Returns
-    whether a file was written.
+    Returns whether a file was written.
     """
-    target = os.path.join(cache_dir, validate_library_path(relpath))
+    return _place(os.path.join(cache_dir, validate_library_path(relpath)), blob, 0o755)
+
+
+def place_autotune(cache_dir: str, relpath: str, blob: Any) -> bool:
+    """Write a stored autotuning result to its place in the cache dir unless one
+    is there: this host's own tuning, where it has one, is kept."""
+    return _place(os.path.join(cache_dir, validate_autotune_path(relpath)), blob, 0o644)
+
+
+def _place(target: str, blob: Any, mode: int) -> bool:
+    # Written to a temporary name and renamed, so a process that reads the
+    # file at the same moment sees either nothing or the whole file.
     if os.path.exists(target):
         return False
     directory = os.path.dirname(target)
@@ -100,7 +136,7 @@ def place_library(cache_dir: str, relpath: str, blob: Any) -> bool:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(memoryview(blob))
-        os.chmod(tmp, 0o755)
+        os.chmod(tmp, mode)
         os.replace(tmp, target)
     except BaseException:
         try:

@@ -40,6 +40,7 @@ from ._torch_compat import (
     TritonBundle,
     TritonKernelArtifact,
     TritonKernelArtifacts,
+    autotune_capture,
     inductor_cache_dir,
     kernel_capture,
     picklable_triton_bundle,
@@ -47,6 +48,7 @@ from ._torch_compat import (
 )
 from .protocols import BatchRead, ReadStore, WriteStore
 from .schema import (
+    AutotuneRef,
     BackendMeta,
     Binding,
     GraphMeta,
@@ -163,6 +165,19 @@ def _zero(obj: Any, names: Sequence[str]) -> None:
             setattr(obj, name, 0)
 
 
+def _put_autotune(store: WriteStore, kernel_hash: str, cache_dir: str) -> AutotuneRef | None:
+    """Store the autotuning result recorded for a Triton binary, if there is one
+    in Inductor's cache dir."""
+    path = autotune_capture.path_for(kernel_hash)
+    rel = None if path is None else kernels.autotune_relpath(path, cache_dir)
+    if path is None or rel is None:
+        return None
+    try:
+        return AutotuneRef(rel, store.put_file(path))
+    except FileNotFoundError:  # removed since it was recorded
+        return None
+
+
 @dataclasses.dataclass(frozen=True)
 class StoredGraph:
     """A `CompiledFxGraph` in store form: its manifest, and the blobs read for it.
@@ -180,7 +195,9 @@ class StoredGraph:
         """Store `graph`; returns its manifest digest."""
         fields = _put_fields(store, graph, _GRAPH_TEXT_FIELDS, _GRAPH_JSON_FIELDS)
         triton: list[TritonKernelRef] = []
+        autotune: list[AutotuneRef] = []
         static_ref = None
+        cache_dir = inductor_cache_dir()
         bundle = getattr(graph, "_triton_bundle", None)
         if bundle is not None:
             bundle = picklable_triton_bundle(bundle)
@@ -198,9 +215,11 @@ class StoredGraph:
                         digest = store.put(_pack(artifact.payload))
                     files.append(TritonFile(artifact.filename, digest, load_digest))
                 triton.append(TritonKernelRef(kernel.kernel_hash, int(kernel.device), tuple(files)))
+                tuned = _put_autotune(store, kernel.kernel_hash, cache_dir)
+                if tuned is not None and tuned not in autotune:
+                    autotune.append(tuned)
             if bundle.static_autotuners:
                 static_ref = put_pickled(store, list(bundle.static_autotuners))
-        cache_dir = inductor_cache_dir()
         libraries = []
         for path, key, cache_class in kernel_capture.libraries_for(graph.cache_key):
             rel = kernels.library_relpath(path, cache_dir)
@@ -217,6 +236,7 @@ class StoredGraph:
             triton=tuple(triton),
             static_autotuners=static_ref,
             libraries=tuple(libraries),
+            autotune=tuple(autotune),
         )
         return store.put_manifest(sorted(set(meta.children())), meta.to_json())
 
@@ -227,6 +247,8 @@ class StoredGraph:
         meta = GraphMeta.from_json(doc)
         for lib in meta.libraries:
             kernels.validate_library_path(lib.relpath)
+        for tuned in meta.autotune:
+            kernels.validate_autotune_path(tuned.relpath)
         return cls(digest=digest, meta=meta, blobs=blobs)
 
     def needed(self) -> list[str]:
@@ -237,13 +259,16 @@ class StoredGraph:
             out += [f.load for f in kernel.files if f.load is not None]
         if meta.static_autotuners is not None:
             out += meta.static_autotuners.children()
-        return out + [lib.digest for lib in meta.libraries]
+        return out + [lib.digest for lib in meta.libraries] + [t.digest for t in meta.autotune]
 
     def place_libraries(self, cache_dir: str) -> None:
-        """Put the C++ kernel libraries where Inductor's loader finds them."""
+        """Put the C++ kernel libraries where Inductor's loader finds them, and
+        the Triton kernels' autotuning results where Inductor reads them."""
         for lib in self.meta.libraries:
             kernels.place_library(cache_dir, lib.relpath, self.blobs[lib.digest])
             register_library(lib.cache_class, lib.key, os.path.join(cache_dir, lib.relpath))
+        for tuned in self.meta.autotune:
+            kernels.place_autotune(cache_dir, tuned.relpath, self.blobs[tuned.digest])
 
     def materialize(self) -> CompiledFxGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""

@@ -127,6 +127,23 @@ class LibraryRef:
 
 
 @dataclasses.dataclass(frozen=True)
+class AutotuneRef:
+    """A Triton kernel's autotuning result, placed at `relpath` in Inductor's cache dir."""
+
+    relpath: str
+    digest: str
+
+    def to_json(self) -> list[str]:
+        return [self.relpath, self.digest]
+
+    @classmethod
+    def from_json(cls, doc: Any) -> AutotuneRef:
+        if not isinstance(doc, list) or len(doc) != 2 or not all(isinstance(x, str) for x in doc):
+            raise FormatError("an autotune reference is not [relpath, digest]")
+        return cls(*doc)
+
+
+@dataclasses.dataclass(frozen=True)
 class TritonFile:
     """One file of a Triton kernel: `load` is the digest read at launch, if any."""
 
@@ -184,6 +201,7 @@ class GraphMeta(_Record):
     triton: tuple[TritonKernelRef, ...] = ()
     static_autotuners: PickledRef | None = None
     libraries: tuple[LibraryRef, ...] = ()
+    autotune: tuple[AutotuneRef, ...] = ()
 
     def children(self) -> list[str]:
         out = self.skeleton.children() + list(self.fields.values())
@@ -194,10 +212,10 @@ class GraphMeta(_Record):
                     out.append(f.load)
         if self.static_autotuners is not None:
             out += self.static_autotuners.children()
-        return out + [lib.digest for lib in self.libraries]
+        return out + [lib.digest for lib in self.libraries] + [t.digest for t in self.autotune]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "kind": self.KIND,
             "format": SCHEMA_FORMAT,
             "skeleton": self.skeleton.to_json(),
@@ -206,6 +224,11 @@ class GraphMeta(_Record):
             "static_autotuners": None if self.static_autotuners is None else self.static_autotuners.to_json(),
             "libraries": [lib.to_json() for lib in self.libraries],
         }
+        # Written only when there is one, so a graph without autotuning keeps
+        # the manifest (and digest) it had before the field existed.
+        if self.autotune:
+            doc["autotune"] = [t.to_json() for t in self.autotune]
+        return doc
 
     @classmethod
     def from_json(cls, doc: Any) -> GraphMeta:
@@ -219,7 +242,15 @@ class GraphMeta(_Record):
             triton=tuple(TritonKernelRef.from_json(k) for k in _need(doc, "triton", list)),
             static_autotuners=PickledRef.maybe(doc.get("static_autotuners")),
             libraries=tuple(LibraryRef.from_json(x) for x in _need(doc, "libraries", list)),
+            autotune=tuple(AutotuneRef.from_json(x) for x in _autotune_list(doc)),
         )
+
+
+def _autotune_list(doc: Mapping[str, Any]) -> list[Any]:
+    found = doc.get("autotune", [])
+    if not isinstance(found, list):
+        raise FormatError("graph autotune is not a list")
+    return found
 
 
 @dataclasses.dataclass(frozen=True)
