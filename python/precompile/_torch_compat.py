@@ -1205,22 +1205,24 @@ class _LazyKernelTemplates(_Patch):
 lazy_kernel_templates = _LazyKernelTemplates()
 
 
-def _named_class(value: Any) -> bool:
-    """Whether `value` is a class that pickles by reference: importable under
-    its module and qualified name as this very object."""
-    if not isinstance(value, type):
-        return False
+def _resolves_by_name(value: Any) -> bool:
+    """Whether `value`'s module and qualified name import back to `value` itself,
+    so pickle can carry it by reference (a local one never does)."""
     module_name = getattr(value, "__module__", None)
-    qualname = getattr(value, "__qualname__", "")
-    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+    qualname = getattr(value, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str):
         return False
-    module = sys.modules.get(module_name)
-    found: Any = module
+    found: Any = sys.modules.get(module_name)
     for part in qualname.split("."):
         found = getattr(found, part, None)
         if found is None:
             return False
     return found is value
+
+
+def _named_class(value: Any) -> bool:
+    """Whether `value` is a class that pickles by reference."""
+    return isinstance(value, type) and _resolves_by_name(value)
 
 
 class _NamedClassGuards(_Patch):
@@ -1324,14 +1326,6 @@ class _GuardedObjectsPerBuild(_Patch):
 
 
 guarded_objects_per_build = _GuardedObjectsPerBuild()
-
-
-def _resolves_by_name(fn: Any) -> bool:
-    """Whether `fn`'s module and qualified name import back to `fn` itself."""
-    found: Any = sys.modules.get(getattr(fn, "__module__", None) or "")
-    for part in fn.__qualname__.split("."):
-        found = getattr(found, part, None)
-    return found is fn
 
 
 class _GuardedFunctionsByValue(_Patch):
