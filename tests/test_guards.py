@@ -26,6 +26,10 @@ from typing import Any
 
 import pytest
 
+# Pure Python, but the verdicts are re-checked against the installed torch's
+# ShapeEnv: it runs with every supported torch.
+pytestmark = pytest.mark.torch
+
 ROOT = Path(__file__).resolve().parents[1]
 GUARDS_DIR = ROOT / "python" / "precompile" / "guards"
 CORPUS_PATH = ROOT / "tests" / "data" / "guard_corpus.json"

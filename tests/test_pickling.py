@@ -11,6 +11,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+pytestmark = pytest.mark.torch
+
 from precompile import graph, pickling  # noqa: E402
 
 
@@ -105,7 +107,10 @@ def test_graph_module_round_trip() -> None:
             super().__init__()
             self.register_buffer("offset", torch.tensor([1.0, 2.0, 3.0]))
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # No annotations: under `from __future__ import annotations` they are
+        # strings, which torch 2.11's GraphModule.__reduce__ cannot name
+        # (plain pickle.dumps of such a module fails there too).
+        def forward(self, x):
             return torch.sin(x) + self.offset
 
     gm = torch.fx.symbolic_trace(M())
