@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,7 +116,8 @@ def test_every_cpu_probe_torch_builds_is_recognized(tmp_path: Path) -> None:
     """The vector-ISA probe and the feature probes (AVX-512 BF16 and VNNI,
     AMX), recognized by torch's own probe programs; a kernel is never taken
     for a probe. Where torch marks a probe that loaded, only marked ones
-    ship: an unmarked probe there is one that failed to load."""
+    ship (an unmarked probe there is one that failed to load); elsewhere
+    every probe ships with whether a marker says it loaded."""
     pytest.importorskip("torch")
     from torch._inductor import cpu_vec_isa
 
@@ -137,11 +141,91 @@ def test_every_cpu_probe_torch_builds_is_recognized(tmp_path: Path) -> None:
     (kernel / "ckernel.cpp").write_text('#include "cpp_prefix.h"\nextern "C" void kernel() {}\n')
     (kernel / "ckernel.so").write_bytes(b"\x7fELF")
 
+    for name in ("bf16", "amx"):
+        Path(libraries[name] + ".load_ok").touch()
     found = tc.isa_probe_libraries(str(tmp_path))
-    if tc.torch_marks_loaded_probes():
-        assert found == []  # none loaded yet
-        for name in ("bf16", "amx"):
-            Path(libraries[name] + ".load_ok").touch()
-        assert tc.isa_probe_libraries(str(tmp_path)) == sorted([libraries["bf16"], libraries["amx"]])
+    if tc.TORCH_MARKS_PROBES:
+        # Only marked probes: an unmarked one there failed to load.
+        assert found == sorted([(libraries["bf16"], True), (libraries["amx"], True)])
     else:
-        assert found == sorted(libraries.values())
+        # Every probe, each with whether a marker says it loaded.
+        assert found == sorted((path, name in ("bf16", "amx")) for name, path in libraries.items())
+
+
+_PICK_ISA = """
+import json, os, sys
+children = []
+
+def audit(event, args):
+    # Python children only: the compiler's version queries are children too.
+    if event == "subprocess.Popen" and os.fsdecode(args[0] or args[1][0]) == sys.executable:
+        children.append(1)
+
+sys.addaudithook(audit)
+import precompile
+precompile.install(sys.argv[1])
+from torch._inductor import cpu_vec_isa
+print(json.dumps([[str(isa) for isa in cpu_vec_isa.valid_vec_isa_list()], len(children)]))
+"""
+
+
+def _valid_isas(tmp_path: Path) -> tuple[list[str], int]:
+    """The instruction sets Inductor finds usable in a fresh process, and how
+    many Python child processes it started to find them."""
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
+    out = subprocess.run(
+        [sys.executable, "-c", _PICK_ISA, str(tmp_path / "store")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    isas, children = json.loads(out.stdout.splitlines()[-1])
+    return isas, children
+
+
+@pytest.mark.torch
+def test_a_probe_is_marked_only_once_it_loaded(tmp_path: Path) -> None:
+    """While installed, a probe that loaded in torch's child process is
+    marked and trusted from then on, on every supported torch; a probe that
+    fails to load gets no marker and its instruction set is not used."""
+    first, children = _valid_isas(tmp_path)
+    if not first:
+        pytest.skip("no vector instruction set on this CPU")
+    assert children > 0  # each probe built, and loaded in a child
+    inductor = tmp_path / "inductor"
+    marked = sorted(inductor.glob("*/*.so.load_ok"))
+    assert marked, "the probes that loaded should be marked"
+    assert _valid_isas(tmp_path) == (first, 0)  # trusted from the markers
+
+    # The probes now fail to load, and no marker says otherwise.
+    for marker in marked:
+        Path(str(marker)[: -len(".load_ok")]).write_bytes(b"\x7fELF not a library")
+        marker.unlink()
+    isas, children = _valid_isas(tmp_path)
+    assert isas == [] and children > 0
+    assert sorted(inductor.glob("*/*.so.load_ok")) == []
+
+
+def test_entry_names_only_listed_probes_as_loaded() -> None:
+    from precompile.schema import EntryMeta, SourceLocation
+
+    meta = EntryMeta(
+        key="k",
+        torch="2.11.0",
+        triton=None,
+        device_type="cpu",
+        source=SourceLocation("f", None, None),
+        dynamo=PickledRef("0" * 64),
+        backends={},
+        isa=(("ab/cprobe1.so", "1" * 64), ("cd/cprobe2.so", "2" * 64)),
+        isa_loaded=("cd/cprobe2.so",),
+    )
+    doc = meta.to_json()
+    assert EntryMeta.from_json(doc) == meta
+    # Written before the field existed: no verdict recorded.
+    assert EntryMeta.from_json({k: v for k, v in doc.items() if k != "isa_loaded"}).isa_loaded is None
+    for bad in (["ef/cother.so"], "cd/cprobe2.so", [2]):
+        with pytest.raises(FormatError, match="isa_loaded"):
+            EntryMeta.from_json({**doc, "isa_loaded": bad})

@@ -30,6 +30,9 @@ def _assert_compiled_nothing(b: dict) -> None:
     assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
     assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
     assert b["compiler_runs"] == [], b["compiler_runs"]
+    # Nor a child process to load a CPU probe: every shipped probe that
+    # loaded on the compiling host comes with its marker.
+    assert b["python_children"] == [], b["python_children"]
 
 
 def _round_trip(name: str, tmp_path: Path) -> tuple[dict, dict, Path]:
@@ -37,6 +40,7 @@ def _round_trip(name: str, tmp_path: Path) -> tuple[dict, dict, Path]:
     a = run_scenario(name, "compile", store, tmp_path)
     assert counter(a, "dynamo_cache", "dynamo_cache_miss") >= 1
     assert a["compiler_runs"], "the compiling side should have run the compiler"
+    assert a["python_children"], "the compiling side should have loaded its CPU probes in a child"
     b = run_scenario(name, "load", store, tmp_path)
     return a, b, store
 

@@ -53,6 +53,7 @@ __all__ = [
     "PrecompileCacheEntry",
     "PrecompileContext",
     "SerializedGraphModule",
+    "TORCH_MARKS_PROBES",
     "TORCH_VERSION",
     "TRITON_REPLACE_BYTES",
     "TRITON_VERSION",
@@ -76,6 +77,7 @@ __all__ = [
     "install_hashes",
     "put_triton_cache_file",
     "picklable_triton_bundle",
+    "probe_load_marks",
     "inductor_cache_dir",
     "isa_probe_libraries",
     "kernel_capture",
@@ -445,25 +447,27 @@ def _isa_probe_sources() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def isa_probe_libraries(cache_dir: str) -> list[str]:
-    """The CPU instruction-set probe libraries Inductor built in `cache_dir`.
+def isa_probe_libraries(cache_dir: str) -> list[tuple[str, bool]]:
+    """The CPU instruction-set probe libraries Inductor built in `cache_dir`,
+    each with whether it is known to have loaded.
 
     Inductor picks a vector ISA among those the CPU reports (cpuid) by
-    compiling a tiny probe library per candidate and dlopen-ing it in a
-    child process, and probes CPU features (AVX-512 BF16 and VNNI, AMX) the
-    same way. The probe's cache key covers the compiler version, the ISA
-    flags and the torch version, so a machine that finds the same key would
-    build the same probe: shipping it spares that machine the compiler runs
-    (seconds each). A torch that marks a probe that loaded (`.load_ok`
-    beside it) skips the child process for a marked probe: there only marked
-    probes are shipped, since an unmarked one failed to load here. Elsewhere
-    a probe is recognized by its source beside it (one of torch's probe
-    programs), and the loading machine still loads each one in a child
-    process. No other library has a marker or a probe's source.
+    compiling a tiny probe library per candidate and loading it in a child
+    process, and probes CPU features (AVX-512 BF16 and VNNI, AMX) the same
+    way. The probe's cache key covers the compiler version, the ISA flags
+    and the torch version, so a machine that finds the same key would build
+    the same probe: shipping it spares that machine the compiler runs
+    (seconds each). A probe that loaded carries a `.load_ok` marker where
+    torch marks them (newer torch; on 2.11 `probe_load_marks` does while a
+    store is installed), and a marked probe skips the child process.
+    Where torch marks probes itself, only marked ones are listed: an
+    unmarked one failed to load here. Elsewhere a probe is recognized by its
+    source beside it (one of torch's probe programs) and listed, loaded or
+    not; the loading machine loads an unloaded one in a child process. No
+    other library has a marker or a probe's source.
     """
-    marks = torch_marks_loaded_probes()
-    sources = () if marks else _isa_probe_sources()
-    found: list[str] = []
+    sources = () if TORCH_MARKS_PROBES else _isa_probe_sources()
+    found: list[tuple[str, bool]] = []
     try:
         subdirs = os.scandir(cache_dir)
     except FileNotFoundError:
@@ -476,22 +480,106 @@ def isa_probe_libraries(cache_dir: str) -> list[str]:
                 for f in files:
                     if not f.name.endswith(".so") or not f.is_file(follow_symlinks=False):
                         continue
-                    # Only where torch marks can a marker tell a loaded probe.
-                    probe = os.path.isfile(f.path + ".load_ok") if marks else _is_probe(f.path, sources)
-                    if probe:
-                        found.append(f.path)
+                    loaded = os.path.isfile(f.path + ".load_ok")
+                    if loaded if TORCH_MARKS_PROBES else _is_probe(f.path, sources):
+                        found.append((f.path, loaded))
     return sorted(found)
 
 
-def torch_marks_loaded_probes() -> bool:
-    """Whether Inductor leaves `.load_ok` beside a probe that loaded and
-    trusts it later: the versions that do load a probe through
-    `VecISA._probe_load`."""
+def _torch_itself_marks_probes() -> bool:
     try:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
         return False
     return callable(getattr(VecISA, "_probe_load", None))
+
+
+TORCH_MARKS_PROBES = _torch_itself_marks_probes()
+
+
+def torch_marks_loaded_probes() -> bool:
+    """Whether Inductor leaves `.load_ok` beside a probe that loaded and
+    trusts it later: the versions that load a probe through
+    `VecISA._probe_load` do; on older ones, `probe_load_marks` teaches it
+    while a store is installed."""
+    return TORCH_MARKS_PROBES or probe_load_marks.active
+
+
+class _ProbeLoadCheck:
+    """Stands in for the `subprocess` module inside torch's `cpu_vec_isa`.
+
+    Everything is the real module's, except that `check_call` of torch's
+    probe-load program (`VecISA._avx_py_load` with a library path put in)
+    trusts a `.load_ok` marker beside that library, and leaves one when
+    the child process loaded it. Any other command runs as it would.
+    """
+
+    def __init__(self, module: Any, template: str) -> None:
+        self._module = module
+        self._head, _, self._tail = template.partition("__lib_path__")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._module, name)
+
+    def _probe(self, args: Any) -> str | None:
+        if not isinstance(args, (list, tuple)) or len(args) != 3 or args[1] != "-c":
+            return None
+        program = args[2]
+        if not isinstance(program, str) or len(program) <= len(self._head) + len(self._tail):
+            return None
+        if not (program.startswith(self._head) and program.endswith(self._tail)):
+            return None
+        path = program[len(self._head) : len(program) - len(self._tail)]
+        return path if os.path.isabs(path) and "\n" not in path and '"' not in path else None
+
+    def check_call(self, args: Any, *rest: Any, **kwargs: Any) -> int:
+        library = self._probe(args)
+        if library is None:
+            return self._module.check_call(args, *rest, **kwargs)
+        marker = library + ".load_ok"
+        if os.path.isfile(marker):
+            return 0
+        code = self._module.check_call(args, *rest, **kwargs)  # raises unless it loaded
+        with contextlib.suppress(OSError):
+            with open(marker, "w"):
+                pass
+        return code
+
+
+class _ProbeLoadMarks(_Patch):
+    """Probes that loaded once are not loaded in a child process again.
+
+    Inductor checks each vector-ISA and CPU-feature probe library it built
+    by loading it in a child Python process that imports torch, seconds on
+    every process start, warm caches or not. Newer torch leaves a
+    `.load_ok` marker beside a probe that loaded and trusts it from then
+    on. On a torch that does not (2.11), the same marker protocol holds
+    while a store is installed: the verdict is torch's own child process,
+    recorded once, and the store ships it with the probe (FORMAT §3.3
+    `isa_loaded`), as it does on newer torch. A probe without a marker is
+    loaded in the child process as before; one that fails gets none.
+    """
+
+    def _apply(self) -> None:
+        import subprocess
+
+        try:
+            from torch._inductor import cpu_vec_isa
+        except ImportError:
+            return
+        base = getattr(cpu_vec_isa, "VecISA", None)
+        template = getattr(base, "_avx_py_load", None)
+        if (
+            TORCH_MARKS_PROBES
+            or not isinstance(template, str)
+            or template.count("__lib_path__") != 1
+            or vars(cpu_vec_isa).get("subprocess") is not subprocess
+        ):
+            return  # torch marks probes itself, or loads them a way we do not know
+        self._replace(cpu_vec_isa, "subprocess", _ProbeLoadCheck(subprocess, template))
+
+
+probe_load_marks = _ProbeLoadMarks()
 
 
 def _is_probe(library: str, sources: tuple[str, ...]) -> bool:

@@ -256,6 +256,7 @@ def install(
         if enable:
             tc.set_caching_precompile(True)
         tc.kernel_capture.start()
+        tc.probe_load_marks.start()
         tc.autotune_capture.start()
         tc.guard_evaluation.start()
         tc.backend_capture.start()
@@ -289,6 +290,7 @@ def uninstall() -> None:
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         tc.set_caching_precompile(_active.was_enabled)
         tc.kernel_capture.stop()
+        tc.probe_load_marks.stop()
         tc.autotune_capture.stop()
         tc.guard_evaluation.stop()
         tc.backend_capture.stop()

@@ -13,6 +13,7 @@ from typing import Any
 
 from . import host_keys, kernels, module_aliases, triton_stubs
 from ._torch_compat import (
+    TORCH_MARKS_PROBES,
     TORCH_VERSION,
     TRITON_VERSION,
     BundledAOTAutogradCacheArtifact,
@@ -47,11 +48,13 @@ class SaveMemo:
     `backends`: backend manifests by artifact identity (the same artifact
     reached from several entries is serialized once). `isa`: the stored
     instruction-set probes, the same for every CPU entry of the save.
+    `isa_loaded`: the relpaths of those that loaded here.
     `stubs`: the stored Triton stub libraries, the same for every GPU entry.
     """
 
     backends: dict[int, str] = dataclasses.field(default_factory=dict)
     isa: tuple[tuple[str, str], ...] | None = None
+    isa_loaded: tuple[str, ...] = ()
     stubs: tuple[tuple[str, str, str], ...] | None = None
 
 
@@ -94,14 +97,16 @@ def put_backend(store: WriteStore, artifact: Any, memo: dict[int, str]) -> Backe
     return BackendUse(memo[id(artifact)], None)
 
 
-def _put_isa_probes(store: WriteStore) -> tuple[tuple[str, str], ...]:
+def _put_isa_probes(store: WriteStore, memo: SaveMemo) -> None:
     cache_dir = inductor_cache_dir()
-    isa = []
-    for path in isa_probe_libraries(cache_dir):
+    isa, loaded = [], []
+    for path, ok in isa_probe_libraries(cache_dir):
         rel = kernels.library_relpath(path, cache_dir)
         if rel is not None:
             isa.append((rel, store.put_file(path)))
-    return tuple(isa)
+            if ok:
+                loaded.append(rel)
+    memo.isa, memo.isa_loaded = tuple(isa), tuple(loaded)
 
 
 def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None) -> str:
@@ -113,8 +118,8 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     # Every entry carries the ISA probes: a GPU function's graph breaks can
     # leave frames whose graphs run C++ kernels on the CPU.
     if memo.isa is None:
-        memo.isa = _put_isa_probes(store)
-    isa = memo.isa
+        _put_isa_probes(store, memo)
+    assert memo.isa is not None
     stubs: tuple[tuple[str, str, str], ...] = ()
     if entry.dynamo.device_type != "cpu":
         if memo.stubs is None:
@@ -130,7 +135,8 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
         source=SourceLocation(qualname, source_file, line),
         dynamo=dynamo,
         backends=backends,
-        isa=isa,
+        isa=memo.isa,
+        isa_loaded=memo.isa_loaded,
         triton_stubs=stubs,
     )
     digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
@@ -187,10 +193,16 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
             backends[bid] = load_pickled(held, blobs)
     dynamo = load_pickled(meta.dynamo, blobs)
     cache_dir = inductor_cache_dir()
+    # A probe is marked only where torch (or the store, while installed)
+    # trusts markers, and only if it loaded on the writing host.
+    if meta.isa_loaded is not None:
+        loaded = set(meta.isa_loaded)
+    else:
+        loaded = {rel for rel, _ in isa} if TORCH_MARKS_PROBES else set()
     marks = torch_marks_loaded_probes()
     for rel, d in isa:
         kernels.place_library(cache_dir, rel, blobs[d])
-        if marks:
+        if marks and rel in loaded:
             kernels.mark_probe_loaded(cache_dir, rel)
     for held in stored.values():
         if isinstance(held, StoredBackend):

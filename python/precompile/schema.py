@@ -391,6 +391,11 @@ class EntryMeta(_Record):
     dynamo: PickledRef
     backends: Mapping[str, BackendUse]
     isa: tuple[tuple[str, str], ...] = ()
+    # The relpaths in `isa` that loaded in torch's child process on the
+    # writing host (they carried a `.load_ok` marker). None: written before
+    # the field existed, when every listed probe had loaded exactly where
+    # torch itself marks probes.
+    isa_loaded: tuple[str, ...] | None = None
     # Triton's C stub libraries: (Triton cache dir name, file name, digest).
     triton_stubs: tuple[tuple[str, str, str], ...] = ()
 
@@ -416,6 +421,7 @@ class EntryMeta(_Record):
             "dynamo": self.dynamo.to_json(),
             "backends": {bid: use.to_json() for bid, use in sorted(self.backends.items())},
             "isa": [list(pair) for pair in self.isa],
+            **({} if self.isa_loaded is None else {"isa_loaded": list(self.isa_loaded)}),
             "triton_stubs": [list(stub) for stub in self.triton_stubs],
         }
 
@@ -443,8 +449,18 @@ class EntryMeta(_Record):
             dynamo=PickledRef.from_json(doc.get("dynamo")),
             backends={str(b): BackendUse.from_json(u) for b, u in backends.items()},
             isa=tuple((p[0], p[1]) for p in isa),
+            isa_loaded=_isa_loaded(doc, {p[0] for p in isa}),
             triton_stubs=tuple((s[0], s[1], s[2]) for s in stubs),
         )
+
+
+def _isa_loaded(doc: Mapping[str, Any], listed: set[str]) -> tuple[str, ...] | None:
+    loaded = doc.get("isa_loaded")
+    if loaded is None:
+        return None
+    if not isinstance(loaded, list) or not all(isinstance(r, str) and r in listed for r in loaded):
+        raise FormatError("entry isa_loaded is not a list of relpaths listed in isa")
+    return tuple(loaded)
 
 
 _KINDS: dict[str, type[_Record]] = {c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta)}

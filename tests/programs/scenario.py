@@ -20,6 +20,21 @@ import precompile
 
 torch.manual_seed(0)
 
+# Python child processes this process starts (Inductor loads each CPU probe
+# library in one on a torch that has no marker saying it loaded).
+_PYTHON_CHILDREN: list[list[str]] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "subprocess.Popen":
+        executable, argv = args[0], args[1]
+        argv = [os.fsdecode(a) for a in ([argv] if isinstance(argv, (str, bytes)) else argv)]
+        if os.fsdecode(executable or argv[0]) == sys.executable:
+            _PYTHON_CHILDREN.append(argv)
+
+
+sys.addaudithook(_audit)
+
 
 class MLP(torch.nn.Module):
     def __init__(self, d_in: int = 16, d_hidden: int = 32, d_out: int = 8) -> None:
@@ -287,6 +302,7 @@ def main() -> None:
                 "counters": {k: dict(v) for k, v in counters.items()},
                 "report": report,
                 "child_processes": _child_processes(),
+                "python_children": _PYTHON_CHILDREN,
                 "torch_key_computed": _torch_key_computed(),
             },
             f,
