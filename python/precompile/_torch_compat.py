@@ -70,7 +70,7 @@ __all__ = [
     "guard_evaluation",
     "guard_state_handoff",
     "guarded_functions_by_value",
-    "guarded_objects_per_build",
+    "guard_passes",
     "InstallHash",
     "in_process_kernel_loads",
     "install_hardening",
@@ -888,13 +888,29 @@ def _stored_guards_built_once() -> contextlib.AbstractContextManager[Any]:
     then again with the survivors. A stored state went through that filter
     when it was saved, and saving refuses those kinds outright, so the
     filter keeps every guard of it: the second pass alone builds the same
-    manager (a test compares the two). The flag is lifted for this thread
-    only, and only where config patches are per-thread, so no other
-    thread's compile ever sees it off.
+    manager (a test compares the two). Where config patches are per-thread
+    the flag is lifted for this thread only, so no other thread's compile
+    ever sees it off, and neither the filter nor its pass runs. Elsewhere
+    (torch 2.11) the filter still runs, and the second pass reuses the
+    first pass's build when the filter kept every guard (`guard_passes`).
     """
-    if not STORED_GUARDS_BUILT_ONCE:
-        return contextlib.nullcontext()
-    return torch._dynamo.config.patch(caching_precompile=False)
+    if STORED_GUARDS_BUILT_ONCE:
+        return torch._dynamo.config.patch(caching_precompile=False)
+    return _reusing_filter_pass()
+
+
+# The filter pass's build of the stored guard state this thread is loading.
+_stored_build = threading.local()
+
+
+@contextlib.contextmanager
+def _reusing_filter_pass() -> Any:
+    previous = getattr(_stored_build, "memo", None)
+    _stored_build.memo = {}
+    try:
+        yield
+    finally:
+        _stored_build.memo = previous
 
 
 class _StoredCodeWatch(_Patch):
@@ -1380,20 +1396,25 @@ def _class_matches_are_named(builder: Any, guards: Any) -> bool:
 named_class_guards = _NamedClassGuards()
 
 
-class _GuardedObjectsPerBuild(_Patch):
-    """Each guard build records the objects it guards afresh.
+class _GuardPasses(_Patch):
+    """`CheckFunctionManager`'s two guard passes, as one pass would build.
 
     With `caching_precompile` on, `CheckFunctionManager` builds the same
     `Guard` objects twice (a pass to evaluate its filter, then the real one).
-    A guard records a weak reference to the object it checks and asserts
-    that a later record names the same object while the first is alive. A
-    source that yields a new object on every evaluation (a property that
-    returns a fresh view, as transformers' `config.per_layer_config` does
-    on Llama-family models) then fails the second pass: torch 2.11 raises
-    AssertionError out of the user's call. While installed, each build starts
-    with no recorded object, as a build without a filter pass does; the
-    identity check still holds within a build. No guard is dropped or
-    changed: the record is only export and debug information.
+
+    - A guard records a weak reference to the object it checks and asserts
+      that a later record names the same object while the first is alive.
+      A source that yields a new object on every evaluation (a property
+      that returns a fresh view, as transformers' `config.per_layer_config`
+      does on Llama-family models) then fails the second pass: torch 2.11
+      raises AssertionError out of the user's call. While installed, each
+      build starts with no recorded object, as a build without a filter
+      pass does; the identity check still holds within a build. No guard is
+      dropped or changed: the record is only export and debug information.
+    - While a stored guard state loads on a torch whose config patches are
+      global (see `_stored_guards_built_once`), the second pass is the
+      first one's build when the filter kept every guard: the same guards,
+      in the same order, for the same frame and scope. Otherwise it builds.
     """
 
     def _apply(self) -> None:
@@ -1401,19 +1422,44 @@ class _GuardedObjectsPerBuild(_Patch):
         from torch._guards import Guard
 
         original = CheckFunctionManager.__dict__.get("build_guards")
-        if original is None or not hasattr(Guard, "obj_weakref"):
-            return  # a torch that builds guards another way
+        forget_objects = hasattr(Guard, "obj_weakref")
+        if original is None or not (forget_objects or not STORED_GUARDS_BUILT_ONCE):
+            return  # a torch that builds guards another way, or needs neither
 
         @functools.wraps(original)
         def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
-            for guard in args[0] if args else kwargs.get("sorted_guards", ()):
-                guard.obj_weakref = None
-            return original(manager, *args, **kwargs)
+            guards = list(args[0] if args else kwargs.get("sorted_guards", ()))
+            memo = getattr(_stored_build, "memo", None)
+            if memo is not None and args and "guard_filter_fn" in kwargs:
+                held = memo.pop("filter", None)
+                if held is not None and _same_build(held[0], (manager, guards, *args[1:])):
+                    return held[1]
+            if forget_objects:
+                for guard in guards:
+                    guard.obj_weakref = None
+            result = original(manager, *args, **kwargs)
+            if memo is not None and args and "guard_filter_fn" not in kwargs:
+                memo["filter"] = ((manager, guards, *args[1:]), result)
+            return result
 
         self._replace(CheckFunctionManager, "build_guards", build_guards)
 
 
-guarded_objects_per_build = _GuardedObjectsPerBuild()
+def _same_build(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Whether two build_guards calls build the same thing: the same manager,
+    the same guard objects in order, and the same other arguments."""
+    manager_a, guards_a, *rest_a = a
+    manager_b, guards_b, *rest_b = b
+    return (
+        manager_a is manager_b
+        and len(guards_a) == len(guards_b)
+        and all(x is y for x, y in zip(guards_a, guards_b))
+        and len(rest_a) == len(rest_b)
+        and all(x is y for x, y in zip(rest_a, rest_b))
+    )
+
+
+guard_passes = _GuardPasses()
 
 
 class _GuardedFunctionsByValue(_Patch):

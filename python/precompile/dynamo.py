@@ -267,7 +267,7 @@ def install(
         tc.lazy_kernel_templates.start()
         tc.guard_state_handoff.start()
         tc.named_class_guards.start()
-        tc.guarded_objects_per_build.start()
+        tc.guard_passes.start()
         tc.guarded_functions_by_value.start()
         tc.module_alias_recorder.start()
         tc.unnamed_frames.on_unnamed = explain.unstorable
@@ -300,7 +300,7 @@ def uninstall() -> None:
         tc.lazy_kernel_templates.stop()
         tc.guard_state_handoff.stop()
         tc.named_class_guards.stop()
-        tc.guarded_objects_per_build.stop()
+        tc.guard_passes.stop()
         tc.guarded_functions_by_value.stop()
         tc.module_alias_recorder.stop()
         tc.unnamed_frames.stop()
