@@ -229,3 +229,30 @@ def test_entry_names_only_listed_probes_as_loaded() -> None:
     for bad in (["ef/cother.so"], "cd/cprobe2.so", [2]):
         with pytest.raises(FormatError, match="isa_loaded"):
             EntryMeta.from_json({**doc, "isa_loaded": bad})
+
+
+@pytest.mark.torch
+def test_every_kernel_file_of_one_triton_binary_keeps_its_autotuning_result(tmp_path: Path) -> None:
+    """Two Inductor kernel files can compile to one Triton binary (they differ
+    only outside the Triton function); each has its own result file, and a
+    graph using that binary must carry the one its kernel file reads."""
+    triton = pytest.importorskip("triton")
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from precompile import _torch_compat as tc
+
+    config = triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
+    written = []
+    tc.autotune_capture.start()
+    try:
+        for name in ("ab/cfirst.py", "cd/csecond.py"):
+            (tmp_path / name).parent.mkdir(parents=True)
+            cache = AutotuneCache.create({}, str(tmp_path / name), "configs-hash")
+            assert cache is not None and cache.local_cache is not None
+            cache.save(config, 1_000_000, triton_cache_hash="SAMEBINARY")
+            written.append(cache.local_cache[1])
+        assert tc.autotune_capture.paths_for("SAMEBINARY") == sorted(written)
+        assert all(Path(p).is_file() for p in written)
+        assert tc.autotune_capture.paths_for("OTHERBINARY") == []
+    finally:
+        tc.autotune_capture.stop()

@@ -380,19 +380,21 @@ class _AutotuneCapture(_Patch):
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._paths: dict[str, str] = {}
+        # Several kernels can compile to one binary (kernel files that differ
+        # only outside the Triton function), each with a result file of its own.
+        self._paths: dict[str, set[str]] = {}
 
-    def path_for(self, kernel_hash: str) -> str | None:
-        """The result file recorded for the Triton binary `kernel_hash`, if it exists."""
+    def paths_for(self, kernel_hash: str) -> list[str]:
+        """The result files recorded for the Triton binary `kernel_hash` that exist."""
         with self._lock:
-            path = self._paths.get(kernel_hash)
-        return path if path is not None and os.path.isfile(path) else None
+            paths = sorted(self._paths.get(kernel_hash, ()))
+        return [p for p in paths if os.path.isfile(p)]
 
     def _note(self, cache: Any, kernel_hash: Any) -> None:
         local = getattr(cache, "local_cache", None)
         if isinstance(kernel_hash, str) and isinstance(local, tuple) and len(local) == 2 and isinstance(local[1], str):
             with self._lock:
-                self._paths[kernel_hash] = local[1]
+                self._paths.setdefault(kernel_hash, set()).add(local[1])
 
     def _apply(self) -> None:
         try:

@@ -165,17 +165,19 @@ def _zero(obj: Any, names: Sequence[str]) -> None:
             setattr(obj, name, 0)
 
 
-def _put_autotune(store: WriteStore, kernel_hash: str, cache_dir: str) -> AutotuneRef | None:
-    """Store the autotuning result recorded for a Triton binary, if there is one
-    in Inductor's cache dir."""
-    path = autotune_capture.path_for(kernel_hash)
-    rel = None if path is None else kernels.autotune_relpath(path, cache_dir)
-    if path is None or rel is None:
-        return None
-    try:
-        return AutotuneRef(rel, store.put_file(path))
-    except FileNotFoundError:  # removed since it was recorded
-        return None
+def _put_autotune(store: WriteStore, kernel_hash: str, cache_dir: str) -> list[AutotuneRef]:
+    """Store the autotuning results recorded for a Triton binary that are in
+    Inductor's cache dir."""
+    out = []
+    for path in autotune_capture.paths_for(kernel_hash):
+        rel = kernels.autotune_relpath(path, cache_dir)
+        if rel is None:
+            continue
+        try:
+            out.append(AutotuneRef(rel, store.put_file(path)))
+        except FileNotFoundError:  # removed since it was recorded
+            continue
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,9 +217,9 @@ class StoredGraph:
                         digest = store.put(_pack(artifact.payload))
                     files.append(TritonFile(artifact.filename, digest, load_digest))
                 triton.append(TritonKernelRef(kernel.kernel_hash, int(kernel.device), tuple(files)))
-                tuned = _put_autotune(store, kernel.kernel_hash, cache_dir)
-                if tuned is not None and tuned not in autotune:
-                    autotune.append(tuned)
+                for tuned in _put_autotune(store, kernel.kernel_hash, cache_dir):
+                    if tuned not in autotune:
+                        autotune.append(tuned)
             if bundle.static_autotuners:
                 static_ref = put_pickled(store, list(bundle.static_autotuners))
         libraries = []
