@@ -483,7 +483,8 @@ def isa_probe_libraries(cache_dir: str) -> list[tuple[str, bool]]:
                     if not f.name.endswith(".so") or not f.is_file(follow_symlinks=False):
                         continue
                     loaded = os.path.isfile(f.path + ".load_ok")
-                    if loaded if TORCH_MARKS_PROBES else _is_probe(f.path, sources):
+                    probe = loaded if TORCH_MARKS_PROBES else _is_probe(f.path, sources)
+                    if probe:
                         found.append((f.path, loaded))
     return sorted(found)
 
@@ -1430,34 +1431,33 @@ class _GuardPasses(_Patch):
 
         @functools.wraps(original)
         def build_guards(manager: Any, *args: Any, **kwargs: Any) -> Any:
-            guards = list(args[0] if args else kwargs.get("sorted_guards", ()))
+            # (sorted_guards, existing_diff_guard_sources, f_code, output_graph,
+            # save_guards); only the real pass passes guard_filter_fn.
             memo = getattr(_stored_build, "memo", None)
             if memo is not None and args and "guard_filter_fn" in kwargs:
                 held = memo.pop("filter", None)
-                if held is not None and _same_build(held[0], (manager, guards, *args[1:])):
-                    return held[1]
+                # The same manager, guard objects and arguments: the same build.
+                if held is not None and held[0] is manager and _identical(held[1], args):
+                    return held[2]
             if forget_objects:
-                for guard in guards:
+                for guard in args[0] if args else kwargs.get("sorted_guards", ()):
                     guard.obj_weakref = None
             result = original(manager, *args, **kwargs)
             if memo is not None and args and "guard_filter_fn" not in kwargs:
-                memo["filter"] = ((manager, guards, *args[1:]), result)
+                memo["filter"] = (manager, args, result)
             return result
 
         self._replace(CheckFunctionManager, "build_guards", build_guards)
 
 
-def _same_build(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
-    """Whether two build_guards calls build the same thing: the same manager,
-    the same guard objects in order, and the same other arguments."""
-    manager_a, guards_a, *rest_a = a
-    manager_b, guards_b, *rest_b = b
+def _identical(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """Two build_guards argument tuples naming the same objects, the guard
+    lists (the first argument) element by element."""
     return (
-        manager_a is manager_b
-        and len(guards_a) == len(guards_b)
-        and all(x is y for x, y in zip(guards_a, guards_b))
-        and len(rest_a) == len(rest_b)
-        and all(x is y for x, y in zip(rest_a, rest_b))
+        len(a) == len(b)
+        and len(a[0]) == len(b[0])
+        and all(x is y for x, y in zip(a[0], b[0]))
+        and all(x is y for x, y in zip(a[1:], b[1:]))
     )
 
 

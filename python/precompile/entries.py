@@ -97,7 +97,8 @@ def put_backend(store: WriteStore, artifact: Any, memo: dict[int, str]) -> Backe
     return BackendUse(memo[id(artifact)], None)
 
 
-def _put_isa_probes(store: WriteStore, memo: SaveMemo) -> None:
+def _put_isa_probes(store: WriteStore) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """Store the ISA probes; returns them and the relpaths of those that loaded."""
     cache_dir = inductor_cache_dir()
     isa, loaded = [], []
     for path, ok in isa_probe_libraries(cache_dir):
@@ -106,7 +107,7 @@ def _put_isa_probes(store: WriteStore, memo: SaveMemo) -> None:
             isa.append((rel, store.put_file(path)))
             if ok:
                 loaded.append(rel)
-    memo.isa, memo.isa_loaded = tuple(isa), tuple(loaded)
+    return tuple(isa), tuple(loaded)
 
 
 def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None) -> str:
@@ -118,8 +119,7 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     # Every entry carries the ISA probes: a GPU function's graph breaks can
     # leave frames whose graphs run C++ kernels on the CPU.
     if memo.isa is None:
-        _put_isa_probes(store, memo)
-    assert memo.isa is not None
+        memo.isa, memo.isa_loaded = _put_isa_probes(store)
     stubs: tuple[tuple[str, str, str], ...] = ()
     if entry.dynamo.device_type != "cpu":
         if memo.stubs is None:
