@@ -208,6 +208,50 @@ def test_a_probe_is_marked_only_once_it_loaded(tmp_path: Path) -> None:
     assert sorted(inductor.glob("*/*.so.load_ok")) == []
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("call", ["check_call", "run"])
+def test_probe_load_stand_in_marks_what_loaded_for_either_call(call: str, tmp_path: Path) -> None:
+    """torch 2.11 loads a probe with `subprocess.check_call`, 2.13 with
+    `subprocess.run(check=True)`. Either way the stand-in marks a library
+    only after torch's own probe program loaded it in a child process,
+    trusts the mark from then on, and passes any other command through."""
+    from torch._inductor.cpu_vec_isa import VecISA
+
+    from precompile import _core
+    from precompile import _torch_compat as tc
+
+    if tc.TORCH_MARKS_PROBES:
+        pytest.skip("this torch marks its probes itself; the stand-in is not installed")
+    stand_in = tc._ProbeLoadCheck(subprocess, VecISA._avx_py_load)
+    invoke = getattr(stand_in, call)
+    library = tmp_path / "cprobe.so"
+    library.write_bytes(Path(_core.__file__).read_bytes())  # a real shared library
+    marker = tmp_path / "cprobe.so.load_ok"
+    probe = [sys.executable, "-c", VecISA._avx_py_load.replace("__lib_path__", str(library))]
+
+    invoke(probe)
+    assert marker.exists()
+
+    library.write_bytes(b"\x7fELF not a library")
+    done = invoke(probe)  # trusted: no child process runs
+    assert (done if call == "check_call" else done.returncode) == 0
+
+    marker.unlink()
+    with pytest.raises(subprocess.CalledProcessError):
+        invoke(probe, stderr=subprocess.DEVNULL) if call == "check_call" else invoke(
+            probe, stderr=subprocess.DEVNULL, check=True
+        )
+    assert not marker.exists()
+    if call == "run":
+        assert stand_in.run(probe, stderr=subprocess.DEVNULL).returncode != 0
+        assert not marker.exists()
+
+    other = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with pytest.raises(subprocess.CalledProcessError):
+        invoke(other) if call == "check_call" else invoke(other, check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cprobe.so"]
+
+
 def test_entry_names_only_listed_probes_as_loaded() -> None:
     from precompile.schema import EntryMeta, SourceLocation
 

@@ -9,6 +9,7 @@ return values, frame counters, counters and the backends a reload installs.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import Callable, Iterator
@@ -466,26 +467,64 @@ class _DecoratedFlagged(torch.nn.Module):
         return x.sin()
 
 
-def test_a_guard_through_a_wrapped_function_loads_and_still_checks(store: Path) -> None:
+@contextlib.contextmanager
+def _saved_and_reloaded(module: type[torch.nn.Module], x: torch.Tensor, expected: torch.Tensor) -> Iterator[None]:
+    """Compile `module` on `x`, save, forget every compiled frame, and call
+    it again under fail_on_recompile: the stored frame must serve the call.
+    The body runs under the same stance."""
     from torch._C._dynamo.eval_frame import _reset_precompile_entries
 
-    code = _Decorated.forward.__code__  # plus_one's, shared by both classes
-    x = torch.randn(4)
-    torch.testing.assert_close(torch.compile(_Decorated())(x), x.sin() + 1)
+    code = module.forward.__code__
+    torch.testing.assert_close(torch.compile(module())(x), expected)
     PrecompileContext.save_to_dynamo_cache()
     _reset()
     _reset_precompile_entries(code)
     counters.clear()
     try:
         with torch.compiler.set_stance("fail_on_recompile"):
-            torch.testing.assert_close(torch.compile(_Decorated())(x), x.sin() + 1)
+            torch.testing.assert_close(torch.compile(module())(x), expected)
             assert counters["precompile"]["install_failed"] == 0
             assert counters["precompile"]["frames_loaded"] == 1
-            # The same frame code under the other flag fails the loaded guard.
-            with pytest.raises(RuntimeError, match="fail_on_recompile"):
-                torch.compile(_DecoratedFlagged())(x)
+            yield
     finally:
         _reset_precompile_entries(code)
+
+
+def test_a_guard_through_a_wrapped_function_loads_and_still_checks(store: Path) -> None:
+    x = torch.randn(4)
+    with _saved_and_reloaded(_Decorated, x, x.sin() + 1):
+        # The same frame code (plus_one's, shared by both classes) under the
+        # other flag fails the loaded guard.
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            torch.compile(_DecoratedFlagged())(x)
+
+
+def _named(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    # transformers' deprecate_kwarg: the wrapper reads the wrapped function's
+    # __name__, which Dynamo (2.13) guards through the closure.
+    @functools.wraps(fn)
+    def named(*args: object, **kwargs: object) -> torch.Tensor:
+        label = f"{type(args[0]).__name__}.{fn.__name__}"
+        if "scale" in kwargs:
+            warnings.warn(f"{label}: `scale` is deprecated", stacklevel=2)
+        return fn(*args, **kwargs)
+
+    return named
+
+
+class _Named(torch.nn.Module):
+    @_plus_one
+    @_named
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.cos()
+
+
+def test_a_guard_on_a_wrapped_function_name_loads(store: Path) -> None:
+    """A function a guard reaches is saved by value; it comes back with its
+    own `__name__` (not its qualified name), so a guard on the name passes."""
+    x = torch.randn(4)
+    with _saved_and_reloaded(_Named, x, x.cos() + 1):
+        pass
 
 
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:

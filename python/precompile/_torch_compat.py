@@ -11,10 +11,13 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import importlib
+import inspect
 import logging
 import os
 import sys
 import threading
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -460,8 +463,8 @@ def isa_probe_libraries(cache_dir: str) -> list[tuple[str, bool]]:
     and the torch version, so a machine that finds the same key would build
     the same probe: shipping it spares that machine the compiler runs
     (seconds each). A probe that loaded carries a `.load_ok` marker where
-    torch marks them (newer torch; on 2.11 `probe_load_marks` does while a
-    store is installed), and a marked probe skips the child process.
+    torch marks them (newer torch; on older torch `probe_load_marks` does
+    while a store is installed), and a marked probe skips the child process.
     Where torch marks probes itself, only marked ones are listed: an
     unmarked one failed to load here. Elsewhere a probe is recognized by its
     source beside it (one of torch's probe programs) and listed, loaded or
@@ -489,12 +492,23 @@ def isa_probe_libraries(cache_dir: str) -> list[tuple[str, bool]]:
     return sorted(found)
 
 
+def _mentions(code: types.CodeType, literal: str) -> bool:
+    return any(c == literal or (isinstance(c, types.CodeType) and _mentions(c, literal)) for c in code.co_consts)
+
+
 def _torch_itself_marks_probes() -> bool:
+    # Looked for in torch's own probe code: 2.13 already loads probes
+    # through `VecISA._probe_load` but leaves no marker, so the method's
+    # presence says nothing.
     try:
         from torch._inductor.cpu_vec_isa import VecISA
     except ImportError:
         return False
-    return callable(getattr(VecISA, "_probe_load", None))
+    for value in vars(VecISA).values():
+        code = getattr(inspect.unwrap(getattr(value, "__func__", value)), "__code__", None)
+        if isinstance(code, types.CodeType) and _mentions(code, ".load_ok"):
+            return True
+    return False
 
 
 TORCH_MARKS_PROBES = _torch_itself_marks_probes()
@@ -511,10 +525,11 @@ def torch_marks_loaded_probes() -> bool:
 class _ProbeLoadCheck:
     """Stands in for the `subprocess` module inside torch's `cpu_vec_isa`.
 
-    Everything is the real module's, except that `check_call` of torch's
-    probe-load program (`VecISA._avx_py_load` with a library path put in)
-    trusts a `.load_ok` marker beside that library, and leaves one when
-    the child process loaded it. Any other command runs as it would.
+    Everything is the real module's, except that `check_call` (torch 2.11)
+    or `run` (2.13) of torch's probe-load program (`VecISA._avx_py_load`
+    with a library path put in) trusts a `.load_ok` marker beside that
+    library, and leaves one when the child process loaded it. Any other
+    command runs as it would.
     """
 
     def __init__(self, module: Any, template: str) -> None:
@@ -539,14 +554,28 @@ class _ProbeLoadCheck:
         library = self._probe(args)
         if library is None:
             return self._module.check_call(args, *rest, **kwargs)
-        marker = library + ".load_ok"
-        if os.path.isfile(marker):
+        if os.path.isfile(library + ".load_ok"):
             return 0
         code = self._module.check_call(args, *rest, **kwargs)  # raises unless it loaded
-        with contextlib.suppress(OSError):
-            with open(marker, "w"):
-                pass
+        _mark_loaded(library)
         return code
+
+    def run(self, args: Any, *rest: Any, **kwargs: Any) -> Any:
+        library = self._probe(args)
+        if library is None:
+            return self._module.run(args, *rest, **kwargs)
+        if os.path.isfile(library + ".load_ok"):
+            return self._module.CompletedProcess(args, 0)
+        done = self._module.run(args, *rest, **kwargs)  # check=True raises unless it loaded
+        if done.returncode == 0:
+            _mark_loaded(library)
+        return done
+
+
+def _mark_loaded(library: str) -> None:
+    with contextlib.suppress(OSError):
+        with open(library + ".load_ok", "w"):
+            pass
 
 
 class _ProbeLoadMarks(_Patch):
@@ -556,7 +585,7 @@ class _ProbeLoadMarks(_Patch):
     by loading it in a child Python process that imports torch, seconds on
     every process start, warm caches or not. Newer torch leaves a
     `.load_ok` marker beside a probe that loaded and trusts it from then
-    on. On a torch that does not (2.11), the same marker protocol holds
+    on. On a torch that does not (2.11, 2.13), the same marker protocol holds
     while a store is installed: the verdict is torch's own child process,
     recorded once, and the store ships it with the probe (FORMAT §3.3
     `isa_loaded`), as it does on newer torch. A probe without a marker is
@@ -1477,9 +1506,10 @@ class _GuardedFunctionsByValue(_Patch):
     compiles: Mistral, Gemma 2 and Phi-3 on torch 2.11. Newer torch rebuilds
     such a function from its code (`_reduce_function_by_value`). On a torch
     without that, while installed, a function some guard reaches is saved as
-    torch saves a nested function (code, qualified name, defaults, closure,
-    with the globals of the module that defined it) and rebuilt by torch's
-    own unpickler; a function no guard reaches stays a placeholder.
+    torch saves a nested function (code, names, defaults, closure, with the
+    globals of the module that defined it) and rebuilt as it was
+    (`_rebuild_guarded_function`); a function no guard reaches stays a
+    placeholder.
     """
 
     def _apply(self) -> None:
@@ -1488,11 +1518,7 @@ class _GuardedFunctionsByValue(_Patch):
         from torch._dynamo.guards import GuardsStatePickler
 
         original = vars(GuardsStatePickler).get("reducer_override")
-        if (
-            original is None
-            or hasattr(GuardsStatePickler, "_reduce_function_by_value")
-            or not hasattr(GuardsStatePickler, "_unpickle_nested_function")
-        ):
+        if original is None or hasattr(GuardsStatePickler, "_reduce_function_by_value"):
             return  # a torch that rebuilds them already, or that we do not know
 
         @functools.wraps(original)
@@ -1506,11 +1532,14 @@ class _GuardedFunctionsByValue(_Patch):
                 module_name = obj.__globals__.get("__name__")
                 module = sys.modules.get(module_name) if isinstance(module_name, str) else None
                 if module is not None and vars(module) is obj.__globals__:
-                    return type(pickler)._unpickle_nested_function, (
+                    return _rebuild_guarded_function, (
                         obj.__code__,
                         module_name,
+                        obj.__name__,
                         obj.__qualname__,
+                        obj.__module__,
                         obj.__defaults__,
+                        obj.__kwdefaults__,
                         obj.__closure__,
                     )
             return original(pickler, obj)
@@ -1519,6 +1548,31 @@ class _GuardedFunctionsByValue(_Patch):
 
 
 guarded_functions_by_value = _GuardedFunctionsByValue()
+
+
+def _rebuild_guarded_function(
+    code: types.CodeType,
+    scope: str,
+    name: str,
+    qualname: str,
+    module: Any,
+    defaults: tuple[Any, ...] | None,
+    kwdefaults: dict[str, Any] | None,
+    closure: tuple[types.CellType, ...] | None,
+) -> types.FunctionType:
+    """A function `_GuardedFunctionsByValue` saved, with the names it had.
+
+    torch's `_unpickle_nested_function` passes the qualified name where
+    `FunctionType` takes `__name__`, so a guard on `fn.__name__` (torch 2.13
+    guards `func.__name__` in transformers' `deprecate_kwarg` wrapper) fails
+    every call. `__module__` is the wrapped function's (functools.wraps
+    copied it), `scope` the module whose globals the code runs in.
+    """
+    fn = types.FunctionType(code, importlib.import_module(scope).__dict__, name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__module__ = module
+    fn.__kwdefaults__ = kwdefaults
+    return fn
 
 
 class _ModuleAliasRecorder(_Patch):
