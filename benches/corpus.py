@@ -13,11 +13,12 @@ benches/warm_start.py (`--models resnet18,gpt2,...`).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import torch
 
-__all__ = ["MODELS", "available", "build", "missing_reason", "run"]
+__all__ = ["CORE", "EXTENDED", "MODELS", "available", "build", "missing_reason", "run", "selected"]
 
 # Compiles the built model and makes its first calls; returns their outputs.
 Calls = Callable[[], list[torch.Tensor]]
@@ -173,7 +174,8 @@ def gpt2_train() -> Calls:
     return calls
 
 
-MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {
+# The core corpus: what tests/test_corpus.py and CI run by default.
+CORE: dict[str, tuple[str, Callable[[], Calls]]] = {
     "resnet18": ("torchvision", resnet18),
     "mobilenet_v3_small": ("torchvision", mobilenet_v3_small),
     "gpt2": ("transformers", gpt2),
@@ -183,6 +185,265 @@ MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {
     "t5": ("transformers", t5),
     "gpt2_train": ("transformers", gpt2_train),
 }
+
+
+# ----------------------------------------------------------- extended corpus
+# More families, each a distinct code path through Dynamo's guards (MoE
+# routing, ALiBi, learned and rotary positions, convolutional front ends,
+# dynamic shapes). Run them with PRECOMPILE_CORPUS=extended (or all).
+
+
+def _hf(config_name: str, model_name: str, inputs: list[dict], **config: object) -> Calls:
+    import transformers
+
+    model = getattr(transformers, model_name)(getattr(transformers, config_name)(**config))
+    return _infer(model.eval().to(device), inputs)
+
+
+def _texts(batch: int, lengths: tuple[int, ...]) -> list[dict]:
+    return [{"input_ids": _ids(256, batch, n)} for n in lengths]
+
+
+def _pixels(batches: tuple[int, ...], size: int = 32, key: str = "pixel_values") -> list[dict]:
+    return [{key: torch.randn(b, 3, size, size, device=device)} for b in batches]
+
+
+# Shared by the small encoders and decoders below.
+_TINY = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    vocab_size=256,
+    max_position_embeddings=64,
+)
+
+
+# Shared by the small vision transformers.
+_TINY_VIT = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    image_size=32,
+    patch_size=8,
+)
+
+
+def _train_step(model: torch.nn.Module, loss_of: Callable[..., torch.Tensor], lengths: tuple[int, ...]) -> Calls:
+    """Compiled forward and backward per length, eager optimizer step."""
+    model = model.train().to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = [_ids(256, 2, n) for n in lengths]
+
+    def calls() -> list[torch.Tensor]:
+        fn = compile_fn(model)
+        losses = []
+        for ids in batches:
+            loss = loss_of(fn, ids)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        return losses
+
+    return calls
+
+
+def llama_train() -> Calls:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**{**_TINY, "num_hidden_layers": 1}, num_key_value_heads=2)
+
+    def loss_of(fn: Callable, ids: torch.Tensor) -> torch.Tensor:
+        logits = fn(input_ids=ids).logits
+        return torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, 256), ids[:, 1:].reshape(-1))
+
+    return _train_step(LlamaForCausalLM(config), loss_of, (8, 12))
+
+
+def bert_train() -> Calls:
+    """A classification head trained through `labels=` (the loss inside the model)."""
+    from transformers import BertConfig, BertForSequenceClassification
+
+    config = BertConfig(**_TINY, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    labels = torch.tensor([0, 1], device=device)
+    return _train_step(
+        BertForSequenceClassification(config), lambda fn, ids: fn(input_ids=ids, labels=labels).loss, (8, 12)
+    )
+
+
+def gpt2_dynamic() -> Calls:
+    """`torch.compile(dynamic=True)`: one graph with a symbolic length serves three."""
+    from transformers import GPT2Config, GPT2Model
+
+    model = GPT2Model(GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=256, n_positions=64)).eval().to(device)
+    inputs = _texts(1, (5, 9, 13))
+
+    def calls() -> list[torch.Tensor]:
+        fn = torch.compile(model, dynamic=True) if compile_fn is torch.compile else compile_fn(model)
+        with torch.no_grad():
+            return [fn(**kwargs).last_hidden_state for kwargs in inputs]
+
+    return calls
+
+
+EXTENDED: dict[str, tuple[str, Callable[[], Calls]]] = {
+    # Decoders.
+    "qwen2": ("transformers", lambda: _decoder("Qwen2Config", "Qwen2ForCausalLM", (8, 12))),
+    "gemma2": ("transformers", lambda: _decoder("Gemma2Config", "Gemma2Model", (6, 12), head_dim=16, sliding_window=8)),
+    "phi3": ("transformers", lambda: _decoder("Phi3Config", "Phi3Model", (6, 12), pad_token_id=0)),
+    "mixtral": (
+        "transformers",
+        lambda: _decoder("MixtralConfig", "MixtralModel", (6, 12), num_local_experts=4, num_experts_per_tok=2),
+    ),
+    "opt": (
+        "transformers",
+        lambda: _hf(
+            "OPTConfig",
+            "OPTModel",
+            _texts(1, (6, 12)),
+            hidden_size=64,
+            ffn_dim=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=256,
+            max_position_embeddings=64,
+            word_embed_proj_dim=64,
+        ),
+    ),
+    "gpt_neox": ("transformers", lambda: _hf("GPTNeoXConfig", "GPTNeoXModel", _texts(1, (6, 12)), **_TINY)),
+    "falcon": (
+        "transformers",
+        lambda: _hf(
+            "FalconConfig",
+            "FalconModel",
+            _texts(1, (6, 12)),
+            **{k: v for k, v in _TINY.items() if k != "intermediate_size"},
+        ),
+    ),
+    "bloom": (
+        "transformers",
+        lambda: _hf(
+            "BloomConfig", "BloomModel", _texts(1, (6, 12)), hidden_size=64, n_layer=2, n_head=4, vocab_size=256
+        ),
+    ),
+    # Encoders.
+    "distilbert": (
+        "transformers",
+        lambda: _hf(
+            "DistilBertConfig",
+            "DistilBertModel",
+            _texts(2, (16,)),
+            n_layers=2,
+            dim=64,
+            n_heads=4,
+            hidden_dim=128,
+            vocab_size=256,
+            max_position_embeddings=64,
+        ),
+    ),
+    "roberta": (
+        "transformers",
+        lambda: _hf("RobertaConfig", "RobertaModel", _texts(2, (8, 16)), **{**_TINY, "max_position_embeddings": 70}),
+    ),
+    "deberta_v2": ("transformers", lambda: _hf("DebertaV2Config", "DebertaV2Model", _texts(2, (16,)), **_TINY)),
+    "albert": (
+        "transformers",
+        lambda: _hf("AlbertConfig", "AlbertModel", _texts(2, (16,)), embedding_size=32, **_TINY),
+    ),
+    "electra": (
+        "transformers",
+        lambda: _hf("ElectraConfig", "ElectraModel", _texts(2, (16,)), embedding_size=32, **_TINY),
+    ),
+    # Encoder-decoders.
+    "bart": (
+        "transformers",
+        lambda: _hf(
+            "BartConfig",
+            "BartModel",
+            [{"input_ids": _ids(256, 1, 10), "decoder_input_ids": _ids(256, 1, 6)}],
+            encoder_layers=1,
+            decoder_layers=1,
+            d_model=64,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            vocab_size=256,
+            max_position_embeddings=64,
+        ),
+    ),
+    "whisper": (
+        "transformers",
+        lambda: _hf(
+            "WhisperConfig",
+            "WhisperModel",
+            [{"input_features": torch.randn(1, 16, 32, device=device), "decoder_input_ids": _ids(256, 1, 5)}],
+            d_model=64,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=128,
+            decoder_ffn_dim=128,
+            vocab_size=256,
+            num_mel_bins=16,
+            max_source_positions=16,
+            max_target_positions=32,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        ),
+    ),
+    # Vision.
+    "vit_hf": ("transformers", lambda: _hf("ViTConfig", "ViTModel", _pixels((1, 2)), **_TINY_VIT)),
+    "clip_vision": ("transformers", lambda: _hf("CLIPVisionConfig", "CLIPVisionModel", _pixels((1, 2)), **_TINY_VIT)),
+    "resnet_hf": (
+        "transformers",
+        lambda: _hf(
+            "ResNetConfig", "ResNetModel", _pixels((1,)), embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1]
+        ),
+    ),
+    "vit_b": (
+        "torchvision",
+        lambda: _infer(_tv_vit(), _pixels((1, 3), key="x")),
+    ),
+    "convnext_tiny": ("torchvision", lambda: _infer(_vision("convnext_tiny"), _pixels((1,), key="x"))),
+    "efficientnet_b0": ("torchvision", lambda: _infer(_vision("efficientnet_b0"), _pixels((1,), key="x"))),
+    "densenet121": ("torchvision", lambda: _infer(_vision("densenet121"), _pixels((1,), key="x"))),
+    "squeezenet1_1": ("torchvision", lambda: _infer(_vision("squeezenet1_1"), _pixels((1,), size=64, key="x"))),
+    # Training and dynamic shapes.
+    "llama_train": ("transformers", llama_train),
+    "bert_train": ("transformers", bert_train),
+    "gpt2_dynamic": ("transformers", gpt2_dynamic),
+}
+
+
+def _tv_vit() -> torch.nn.Module:
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+    return model.eval().to(device)
+
+
+# Every model, by name.
+MODELS: dict[str, tuple[str, Callable[[], Calls]]] = {**CORE, **EXTENDED}
+
+
+def selected() -> list[str]:
+    """The models to run: PRECOMPILE_CORPUS names them (comma-separated),
+    or says `core` (the default), `extended` or `all`."""
+    choice = os.environ.get("PRECOMPILE_CORPUS", "core").strip() or "core"
+    groups = {"core": list(CORE), "extended": list(EXTENDED), "all": list(MODELS)}
+    if choice in groups:
+        return groups[choice]
+    names = [n.strip() for n in choice.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        raise ValueError(f"PRECOMPILE_CORPUS names unknown models {unknown}; known: {sorted(MODELS)}")
+    return names
 
 
 def missing_reason(name: str) -> str | None:
@@ -196,7 +457,8 @@ def missing_reason(name: str) -> str | None:
 
 
 def available() -> list[str]:
-    return [name for name in MODELS if missing_reason(name) is None]
+    """The selected models whose library is installed."""
+    return [name for name in selected() if missing_reason(name) is None]
 
 
 def build(name: str) -> Calls:

@@ -23,7 +23,7 @@ Eager PyTorch (no compile) runs the same first calls in fresh processes: the
 floor a warm start is measured against. Each fresh run also reports the wall
 time from spawning the process to its first output (interpreter, imports and
 all), and precompile's own share of the first calls (`of which store`).
-`--profile DIR` writes a cProfile summary of every fresh first call.
+`--profile DIR` writes a cProfile summary (and the raw `.prof`) of every fresh first call.
 
 It also reports bytes on disk for one model and for K=8 functions that share
 kernels, and precompile's per-entry overhead (ref lookup + verify + map).
@@ -198,6 +198,8 @@ def _stop_clock(args: argparse.Namespace) -> None:
         stats = pstats.Stats(_profiler, stream=f).sort_stats("cumulative")
         stats.print_stats(60)
         stats.sort_stats("tottime").print_stats(40)
+    # The raw profile too, for pstats/snakeviz: the summary above is cut at 60 lines.
+    _profiler.dump_stats(Path(args.profile) / f"{name}.prof")
 
 
 # --------------------------------------------------------------- parent side

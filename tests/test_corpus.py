@@ -1,9 +1,9 @@
 """Real models warm-start whole: every frame and recompile of the cold process loads.
 
 The corpus (benches/corpus.py: torchvision conv nets, GPT-2, Llama, Mistral, BERT, T5, a
-training step) is compiled once in one cold process, then run again in one
-fresh process that has only the store: new Inductor and Triton cache dirs,
-a compiler spy on PATH. Per model, the outputs must be identical and the
+training step; PRECOMPILE_CORPUS=extended or all runs 26 more) is compiled once in one
+cold process, then run again in one fresh process that has only the store: new
+Inductor and Triton cache dirs, a compiler spy on PATH. Per model, the outputs must be identical and the
 fresh process must trace and compile nothing: no FX-graph or AOTAutograd
 cache miss, no frame Dynamo compiled although the store held it, no miss.
 """
@@ -30,7 +30,7 @@ PROGRAM = Path(__file__).parent / "programs" / "corpus_run.py"
 def corpus_round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
     names = corpus.available()
     if not names:
-        pytest.skip("; ".join(corpus.missing_reason(n) or "" for n in corpus.MODELS))
+        pytest.skip("; ".join(corpus.missing_reason(n) or "" for n in corpus.selected()))
     work = tmp_path_factory.mktemp("corpus")
     store = work / "store"
     sides = []
@@ -72,7 +72,7 @@ _TORCH_BYPASSES: dict[str, str] = {}
     "name",
     [
         pytest.param(n, marks=pytest.mark.xfail(reason=_TORCH_BYPASSES[n], strict=True)) if n in _TORCH_BYPASSES else n
-        for n in corpus.MODELS
+        for n in corpus.selected()
     ],
 )
 def test_model_warm_starts_whole(name: str, corpus_round_trip: tuple[dict, dict]) -> None:

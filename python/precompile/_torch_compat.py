@@ -1550,6 +1550,43 @@ class _GuardedFunctionsByValue(_Patch):
 guarded_functions_by_value = _GuardedFunctionsByValue()
 
 
+class _GuardStateDumpErrors(_Patch):
+    """A guard state that cannot be pickled bypasses the frame, never fails the call.
+
+    torch 2.11 turns only an AttributeError from pickling a guard state
+    into a package bypass; any other (`cannot pickle '_contextvars.ContextVar'
+    object`, from an object a guard reaches) propagates out of the compile
+    and fails the user's call, only because `caching_precompile` is on,
+    which `install()` turns on. Newer torch bypasses on anything raised
+    there. While installed, such an error bypasses the frame on every torch:
+    it compiles and runs, and is saved without compiled code. The state
+    returned is empty, and never saved: a bypassed entry keeps no guarded
+    code (2.11 asserts a state exists after the compile).
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        original = vars(CheckFunctionManager).get("serialize_guards")
+        if not callable(original):
+            return
+
+        @functools.wraps(original)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, output_graph: Any) -> bytes:
+            try:
+                return original(self, builder, sorted_guards, output_graph)
+            except PackageError:
+                raise  # torch's own bypass
+            except Exception as e:  # noqa: BLE001 - every other failure bypasses, as in newer torch
+                output_graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
+                return b""
+
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+guard_state_dump_errors = _GuardStateDumpErrors()
+
+
 def _rebuild_guarded_function(
     code: types.CodeType,
     scope: str,

@@ -255,29 +255,38 @@ def install(
         tc.PrecompileContext.save_to_dynamo_cache = classmethod(_save_to_dynamo_cache)  # type: ignore[method-assign,assignment]
         if enable:
             tc.set_caching_precompile(True)
-        tc.kernel_capture.start()
-        tc.probe_load_marks.start()
-        tc.autotune_capture.start()
-        tc.guard_evaluation.start()
-        tc.backend_capture.start()
         tc.install_hardening.on_failure = _install_failed
-        tc.install_hardening.start()
-        tc.source_pickling.start()
-        tc.unbound_global_names.start()
-        tc.lazy_kernel_templates.start()
-        tc.guard_state_handoff.start()
-        tc.named_class_guards.start()
-        tc.guard_passes.start()
-        tc.guarded_functions_by_value.start()
-        tc.module_alias_recorder.start()
         tc.unnamed_frames.on_unnamed = explain.unstorable
-        tc.unnamed_frames.start()
-        tc.device_type_union.start()
+        for patch in _patches():
+            patch.start()
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
     return cache
+
+
+def _patches() -> tuple[tc._Patch, ...]:
+    """What `install()` patches in torch while installed, in start order."""
+    return (
+        tc.kernel_capture,
+        tc.probe_load_marks,
+        tc.autotune_capture,
+        tc.guard_evaluation,
+        tc.backend_capture,
+        tc.install_hardening,
+        tc.source_pickling,
+        tc.unbound_global_names,
+        tc.lazy_kernel_templates,
+        tc.guard_state_handoff,
+        tc.named_class_guards,
+        tc.guard_passes,
+        tc.guarded_functions_by_value,
+        tc.guard_state_dump_errors,
+        tc.module_alias_recorder,
+        tc.unnamed_frames,
+        tc.device_type_union,
+    )
 
 
 def uninstall() -> None:
@@ -289,22 +298,10 @@ def uninstall() -> None:
         tc.swap_dynamo_cache(None)
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         tc.set_caching_precompile(_active.was_enabled)
-        tc.kernel_capture.stop()
-        tc.probe_load_marks.stop()
-        tc.autotune_capture.stop()
-        tc.guard_evaluation.stop()
-        tc.backend_capture.stop()
-        tc.install_hardening.stop()
-        tc.source_pickling.stop()
-        tc.unbound_global_names.stop()
-        tc.lazy_kernel_templates.stop()
-        tc.guard_state_handoff.stop()
-        tc.named_class_guards.stop()
-        tc.guard_passes.stop()
-        tc.guarded_functions_by_value.stop()
-        tc.module_alias_recorder.stop()
-        tc.unnamed_frames.stop()
-        tc.device_type_union.stop()
+        # Last started, first stopped: two patches of one attribute
+        # (serialize_guards has two) each put back what it found.
+        for patch in reversed(_patches()):
+            patch.stop()
         explain.end()
         _active = None
 

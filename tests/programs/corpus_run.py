@@ -51,6 +51,11 @@ def _log_lines() -> int:
 
 def main() -> None:
     names, mode, store, out_path = sys.argv[1:5]
+    # transformers' models share decorator code (generic.py's `wrapper`), and
+    # Dynamo compiles at most `recompile_limit` variants of one code object
+    # per process, then runs it eagerly: past a handful of models, one
+    # process would compile nothing more. Both sides raise it alike.
+    torch._dynamo.config.recompile_limit = 64
     precompile.install(store, save_on_exit=False)
     outputs: list[torch.Tensor] = []
     per_model: dict[str, dict] = {}
