@@ -26,8 +26,9 @@ Calls = Callable[[], list[torch.Tensor]]
 # What the models are compiled with; the warm-start bench swaps in the
 # identity to time eager PyTorch on the same calls.
 compile_fn: Callable[[torch.nn.Module], Callable] = torch.compile
-# Where models and inputs live; the bench sets "cuda" for its GPU runs.
-device = "cpu"
+# Where models and inputs live: PRECOMPILE_CORPUS_DEVICE (default "cpu"), so
+# the two-process test runs on a GPU host too; the bench sets it from --device.
+device = os.environ.get("PRECOMPILE_CORPUS_DEVICE", "cpu").strip() or "cpu"
 
 
 def _vision(name: str) -> torch.nn.Module:
@@ -448,6 +449,8 @@ def selected() -> list[str]:
 
 def missing_reason(name: str) -> str | None:
     """Why corpus model `name` cannot run here (its library is missing), or None."""
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        return f"{name} runs on {device}, and this host has no CUDA device"
     library = MODELS[name][0]
     try:
         __import__(library)

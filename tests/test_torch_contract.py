@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -284,6 +285,9 @@ def test_an_entry_that_cannot_install_is_a_miss_with_a_warning(store: Path) -> N
 
     precompile.StoreDynamoCache.load = damaged  # type: ignore[method-assign]
     precompile.install(store, save_on_exit=False)
+    from precompile import explain
+
+    print("BEFORE", explain._warned_once, dict(counters["precompile"]))
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -528,19 +532,131 @@ def test_a_guard_on_a_wrapped_function_name_loads(store: Path) -> None:
         pass
 
 
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # torch deprecates torch.jit.script (a FutureWarning or DeprecationWarning)
+
+    # DeBERTa-v2's helpers (transformers 5.17): Dynamo inlines the Python
+    # function and guards the global's type.
+    @torch.jit.script
+    def _scripted_scale(x: torch.Tensor, factor: int) -> torch.Tensor:
+        return x * factor
+
+
+class _Scripted(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _scripted_scale(x, 3).sin()
+
+
+def test_a_torchscript_function_in_scope_loads(store: Path) -> None:
+    """A module-level script function a guard reads is saved by name: torch
+    alone cannot pickle it and saves the frame without compiled code."""
+    x = torch.randn(4)
+    with _saved_and_reloaded(_Scripted, x, (x * 3).sin()):
+        pass
+
+
+def test_a_torchscript_function_replaced_since_the_save_is_a_miss(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the name holds at load must still be a script function: a plain
+    function there is refused (the frame compiles), never served the stored
+    code built for the script function."""
+    import sys
+
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.randn(4)
+    torch.compile(_Scripted())(x)
+    PrecompileContext.save_to_dynamo_cache()
+    _reset()
+    _reset_precompile_entries(_Scripted.forward.__code__)
+    counters.clear()
+    monkeypatch.setattr(sys.modules[__name__], "_scripted_scale", lambda x, factor: x * (factor + 1))
+    try:
+        with pytest.warns(precompile.PrecompileWarning, match="guards_unreadable"):
+            torch.testing.assert_close(torch.compile(_Scripted())(x), (x * 4).sin())
+        assert counters["precompile"]["frames_loaded"] == 0
+        assert counters["precompile"]["miss_guards_unreadable"] == 1
+    finally:
+        _reset_precompile_entries(_Scripted.forward.__code__)
+
+
+def test_another_installation_reports_no_miss_for_what_the_last_one_loaded(store: Path, tmp_path: Path) -> None:
+    """Code the last installation loaded compiles under a new, empty store
+    without a stored-code miss: the new one installed nothing for it."""
+    x = torch.randn(4)
+    with _saved_and_reloaded(_Named, x, x.cos() + 1):
+        pass
+    precompile.uninstall()
+    with precompile.installed(tmp_path / "other", save_on_exit=False):
+        _reset()
+        counters.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", precompile.PrecompileWarning)
+            torch.testing.assert_close(torch.compile(_Named())(x), x.cos() + 1)
+        assert counters["precompile"]["frames_recompiled"] == 0
+        assert counters["precompile"]["miss_guard_failed"] == 0
+        assert counters["precompile"]["miss_not_stored"] == 1  # the other store is empty
+
+
+class _Collector:
+    """transformers' `CompileableContextVar` (output_capturing.py), reduced."""
+
+    def __init__(self) -> None:
+        self.context_var: contextvars.ContextVar[dict | None] = contextvars.ContextVar("precompile_test", default=None)
+        self.lock = threading.Lock()
+        self.global_var: dict | None = None
+        self.compiling = False
+
+    def set(self, value: dict) -> contextvars.Token | None:
+        if torch.compiler.is_compiling():
+            self.global_var, self.compiling = value, True
+            return None
+        return self.context_var.set(value)
+
+    def reset(self, token: contextvars.Token | None) -> None:
+        if self.compiling or token is None:
+            self.global_var, self.compiling = None, False
+        else:
+            self.context_var.reset(token)
+
+
+_collector = _Collector()
+
+
+class _Collecting(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        token = _collector.set({"hidden_states": []})
+        y = x.tan()
+        _collector.reset(token)
+        return y
+
+
+def test_a_context_variable_no_guard_reads_is_left_out_of_the_guard_state(store: Path) -> None:
+    """The guards read the collector's type and the keys of its __dict__,
+    never its ContextVar or lock, which no pickler can save: torch alone
+    bypasses the frame on every version; the store saves and loads it."""
+    x = torch.randn(4)
+    with _saved_and_reloaded(_Collecting, x, x.tan()):
+        pass
+
+
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:
     entry = DynamoCache.load(fn)
     assert entry is not None
     return [(code.bypassed, len(code.guarded_codes)) for code in entry.dynamo.codes]
 
 
-class _WithContextVar:
+class _Unpicklable:
+    def __reduce__(self) -> tuple:
+        raise TypeError("cannot pickle '_Unpicklable' object")
+
+
+class _WithUnpicklable:
     def __init__(self) -> None:
         self.scale = 2.0
-        self.var = contextvars.ContextVar("precompile_test")  # pickles on no torch
+        self.opaque = _Unpicklable()
 
 
-def _scaled_by(x: torch.Tensor, holder: _WithContextVar) -> torch.Tensor:
+def _scaled_by(x: torch.Tensor, holder: _WithUnpicklable) -> torch.Tensor:
     return x * holder.scale
 
 
@@ -550,7 +666,7 @@ def test_a_guard_state_that_cannot_be_pickled_bypasses_the_frame(store: Path) ->
     on); newer torch, and the store on every torch, run the frame and save
     it without compiled code."""
     x = torch.randn(3)
-    torch.testing.assert_close(torch.compile(_scaled_by)(x, _WithContextVar()), x * 2)
+    torch.testing.assert_close(torch.compile(_scaled_by)(x, _WithUnpicklable()), x * 2)
     PrecompileContext.save_to_dynamo_cache()
     with pytest.warns(precompile.PrecompileWarning, match="bypassed"):
         assert _stored_variants(_scaled_by) == [(True, 0)]

@@ -993,7 +993,10 @@ class _StoredCodeWatch(_Patch):
         self._replace(convert_frame, "_compile", _compile)
 
     def _stopped(self) -> None:
+        # The next installation watches only what it installs: a code this
+        # one loaded for, compiled under another store, is no stored-code miss.
         self.on_compile = None
+        self._managers.clear()
 
     def forget(self, code: Any) -> None:
         self._managers.pop(code, None)
@@ -1348,12 +1351,16 @@ def _resolves_by_name(value: Any) -> bool:
     qualname = getattr(value, "__qualname__", None)
     if not isinstance(module_name, str) or not isinstance(qualname, str):
         return False
-    found: Any = sys.modules.get(module_name)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-        if found is None:
-            return False
-    return found is value
+    try:
+        return _attribute_path(sys.modules.get(module_name), qualname) is value
+    except AttributeError:
+        return False
+
+
+def _attribute_path(owner: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        owner = getattr(owner, part)
+    return owner
 
 
 def _named_class(value: Any) -> bool:
@@ -1585,6 +1592,139 @@ class _GuardStateDumpErrors(_Patch):
 
 
 guard_state_dump_errors = _GuardStateDumpErrors()
+
+
+class _ScriptFunctionsByName(_Patch):
+    """A TorchScript function in a guarded scope is saved by its module and name.
+
+    Dynamo inlines a `torch.jit.script` function through the Python function
+    it was scripted from and guards the global's type (`TYPE_MATCH` on
+    `G['scaled_size_sqrt']` in DeBERTa-v2). torch takes the type for a local
+    class (pybind names it `torch.jit.ScriptFunction`, a qualified name that
+    differs from its name) and neither its pickler nor pickle can save the
+    function, so it bypasses the frame on every version and no cache can
+    serve it. The type is torch's own, the same in every process; a
+    module-level script function is its module's attribute under its Python
+    function's qualified name. While installed, such a function is saved as
+    that reference and its type guard is serialized: the loading process gets
+    the same object back from the module (`_import_script_function`, which
+    refuses anything but a script function there) and rebuilds the type guard
+    from it. One that does not resolve by name is left to torch (a bypass).
+    """
+
+    def _apply(self) -> None:
+        import torch
+        from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
+
+        script_function = getattr(torch.jit, "ScriptFunction", None)
+        reduce = vars(GuardsStatePickler).get("reducer_override")
+        serialize = vars(CheckFunctionManager).get("serialize_guards")
+        if reduce is None or not callable(serialize) or not isinstance(script_function, type):
+            return
+
+        @functools.wraps(reduce)
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            if isinstance(obj, script_function):
+                name = _script_function_name(obj)
+                if name is not None:
+                    return _import_script_function, name
+            return reduce(pickler, obj)
+
+        @functools.wraps(serialize)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            # The guards are this compile's own objects: the mark is lifted
+            # for the one call that serializes them, then put back.
+            lifted = [g for g in sorted_guards if _types_a_named_script_function(builder, g, script_function)]
+            marks = [g._unserializable for g in lifted]
+            for guard in lifted:
+                guard._unserializable = None
+            try:
+                return serialize(self, builder, sorted_guards, *args, **kwargs)
+            finally:
+                for guard, mark in zip(lifted, marks):
+                    guard._unserializable = mark
+
+        self._replace(GuardsStatePickler, "reducer_override", reducer_override)
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+script_functions_by_name = _ScriptFunctionsByName()
+
+
+class _UnpicklableBystanders(_Patch):
+    """A context variable or lock no guard reads is left out of a guard state.
+
+    transformers' `capture_outputs` keeps its collector in a module-level
+    object that wraps a `ContextVar`; the frames that set it guard the
+    object's type and the keys of its `__dict__`, so its guard state carries
+    the object, and pickling that reaches the `ContextVar`. Neither a context
+    variable, its token or context, nor a thread lock can be pickled, so torch
+    bypassed every such frame on every version (on 2.11, any later variant of
+    transformers' shared `wrapper`). A value no guard reads is never looked at
+    when the guards are rebuilt: while installed, such a value is saved as
+    torch's own `_Missing` placeholder, as torch saves unguarded streams and
+    weak references. One that a guard does read is left to torch (a bypass).
+    """
+
+    def _apply(self) -> None:
+        import _thread
+        import contextvars
+
+        from torch._dynamo import guards
+
+        placeholder = getattr(guards, "_Missing", None)
+        reduce = vars(guards.GuardsStatePickler).get("reducer_override")
+        if reduce is None or placeholder is None:
+            return
+        kinds = (contextvars.ContextVar, contextvars.Token, contextvars.Context, _thread.LockType, _thread.RLock)
+
+        @functools.wraps(reduce)
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            read = getattr(pickler, "guard_tree_values", None)
+            if isinstance(obj, kinds) and read is not None and id(obj) not in read:
+                return placeholder, (f"unguarded {type(obj).__name__}",)
+            return reduce(pickler, obj)
+
+        self._replace(guards.GuardsStatePickler, "reducer_override", reducer_override)
+
+
+unpicklable_bystanders = _UnpicklableBystanders()
+
+
+def _types_a_named_script_function(builder: Any, guard: Any, script_function: type) -> bool:
+    """Whether `guard` is a type guard torch marked unserializable only because
+    it checks the type of a script function `_script_function_name` names."""
+    if not getattr(guard, "_unserializable", None) or guard.create_fn_name() not in ("TYPE_MATCH", "BUILTIN_MATCH"):
+        return False
+    try:
+        value = builder.get(guard)
+    except Exception:  # noqa: BLE001 - a value that cannot be read stays torch's to refuse
+        return False
+    return type(value) is script_function and _script_function_name(value) is not None
+
+
+def _script_function_name(fn: Any) -> tuple[str, str] | None:
+    """The (module, qualified name) that import back to script function `fn`."""
+    source = getattr(fn, "_torchdynamo_inline", None)  # the function it was scripted from
+    module_name = getattr(source, "__module__", None)
+    qualname = getattr(source, "__qualname__", None)
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return None
+    try:
+        found = _attribute_path(sys.modules.get(module_name), qualname)
+    except AttributeError:
+        return None
+    return (module_name, qualname) if found is fn else None
+
+
+def _import_script_function(module_name: str, qualname: str) -> Any:
+    """The script function `_ScriptFunctionsByName` saved, from its module."""
+    import torch
+
+    fn = _attribute_path(importlib.import_module(module_name), qualname)
+    if not isinstance(fn, torch.jit.ScriptFunction):
+        raise TypeError(f"{module_name}.{qualname} is a {type(fn).__name__} now, not the saved TorchScript function")
+    return fn
 
 
 def _rebuild_guarded_function(

@@ -282,6 +282,8 @@ def _patches() -> tuple[tc._Patch, ...]:
         tc.named_class_guards,
         tc.guard_passes,
         tc.guarded_functions_by_value,
+        tc.script_functions_by_name,
+        tc.unpicklable_bystanders,
         tc.guard_state_dump_errors,
         tc.module_alias_recorder,
         tc.unnamed_frames,
