@@ -72,7 +72,8 @@ __all__ = [
     "entry_source_location",
     "guard_evaluation",
     "guard_state_handoff",
-    "guarded_functions_by_value",
+    "guard_state_reducers",
+    "script_function_type_guards",
     "guard_passes",
     "InstallHash",
     "in_process_kernel_loads",
@@ -94,6 +95,7 @@ __all__ = [
     "swap_dynamo_cache",
     "torch_marks_loaded_probes",
     "triton_cache_dir",
+    "unbuildable_guards",
     "unnamed_frames",
     "device_type_union",
 ]
@@ -867,7 +869,7 @@ class _GuardStateHandoff(_Patch):
                 held = handoff._held.pop(id(guards_state), None)
             if held is not None and held[0] is guards_state:
                 return held[1]
-            return original(guards_state)
+            return unpickle_guards_state(original, guards_state)
 
         self._replace(dynamo_package, "load_guards_state", load_guards_state)
 
@@ -879,7 +881,7 @@ class _GuardStateHandoff(_Patch):
         """Unpickle `guards_state` as install() does, keeping the result for it."""
         if not self.active:
             return dynamo_package.load_guards_state(guards_state)
-        state = self.original(dynamo_package, "load_guards_state")(guards_state)
+        state = unpickle_guards_state(self.original(dynamo_package, "load_guards_state"), guards_state)
         with self._lock:
             while len(self._held) >= self.MAX_HELD:
                 self._held.pop(next(iter(self._held)))
@@ -1003,6 +1005,58 @@ class _StoredCodeWatch(_Patch):
 
 
 stored_code_watch = _StoredCodeWatch()
+
+
+class _UnbuildableGuards(_Patch):
+    """A stored variant whose guards cannot be built here refuses every call.
+
+    `CompilePackage.install` builds each stored variant's guard manager when
+    `torch.compile` wraps the function. A guard source that walks a live
+    object saved by reference (a class attribute holding a registry, whose
+    keys Dynamo guards by position: `list(dict.keys(...))[2]`) can fail to
+    evaluate in a process that has not filled it yet; torch then abandons
+    the whole install, and every frame and variant of the entry compiles.
+    While installed, such a variant gets a guard manager that rejects every
+    call and names the error: the entry's other variants install as stored,
+    and a call only that variant would have served compiles, as on a guard
+    failure (`precompile explain` names the variant and the error). Building
+    it later, on a call, is not done: the rebuilt guards would take their
+    expected values from whatever the live object holds then. A variant whose
+    guard state found module or class data changed since the save (`_named_reads`) is
+    refused the same way, before torch builds guards that would expect the
+    new values.
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import GuardManagerWrapper
+
+        load_guard_manager = dynamo_package.load_guard_manager
+
+        def refusing(why: str) -> Any:
+            counters["precompile"]["variants_unbuildable"] += 1
+            manager = GuardManagerWrapper()
+            manager.root.add_lambda_guard(_refuse, [f"precompile: these stored guards {why}"], None)
+            return manager
+
+        @functools.wraps(load_guard_manager)
+        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
+            changed = getattr(guards_state, "precompile_changed", None)
+            if changed:
+                return refusing(f"were not built: {'; '.join(changed[:3])}")
+            try:
+                return load_guard_manager(guards_state, target_code, *args, **kwargs)
+            except Exception as e:  # noqa: BLE001 - whatever the build raised, the variant must not run
+                log.debug("the guards of a stored variant of %s cannot be built", target_code.co_name, exc_info=True)
+                return refusing(f"could not be built at install ({type(e).__name__}: {e})")
+
+        self._replace(dynamo_package, "load_guard_manager", _load_guard_manager)
+
+
+def _refuse(*_: Any) -> bool:
+    return False
+
+
+unbuildable_guards = _UnbuildableGuards()
 
 
 def guard_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
@@ -1347,9 +1401,12 @@ lazy_kernel_templates = _LazyKernelTemplates()
 def _resolves_by_name(value: Any) -> bool:
     """Whether `value`'s module and qualified name import back to `value` itself,
     so pickle can carry it by reference (a local one never does)."""
-    module_name = getattr(value, "__module__", None)
-    qualname = getattr(value, "__qualname__", None)
-    if not isinstance(module_name, str) or not isinstance(qualname, str):
+    return _names(getattr(value, "__module__", None), getattr(value, "__qualname__", None), value)
+
+
+def _names(module_name: Any, qualname: Any, value: Any) -> bool:
+    """Whether `module_name`'s attribute path `qualname` is `value` in this process."""
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
         return False
     try:
         return _attribute_path(sys.modules.get(module_name), qualname) is value
@@ -1500,63 +1557,6 @@ def _identical(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 guard_passes = _GuardPasses()
 
 
-class _GuardedFunctionsByValue(_Patch):
-    """A function a guard walks through is saved by value.
-
-    A guard state pickles the frame's scope. A function whose module and
-    qualified name do not import back to it (every `functools.wraps`
-    wrapper copies the wrapped function's names) is saved as torch's
-    `_Missing` placeholder. Where a guard's source walks through such a
-    function (transformers' stacked decorators: `L['func'].__closure__[0]
-    .cell_contents.__closure__[3].cell_contents == False`), rebuilding that
-    guard on load raises on the placeholder, the install fails and the frame
-    compiles: Mistral, Gemma 2 and Phi-3 on torch 2.11. Newer torch rebuilds
-    such a function from its code (`_reduce_function_by_value`). On a torch
-    without that, while installed, a function some guard reaches is saved as
-    torch saves a nested function (code, names, defaults, closure, with the
-    globals of the module that defined it) and rebuilt as it was
-    (`_rebuild_guarded_function`); a function no guard reaches stays a
-    placeholder.
-    """
-
-    def _apply(self) -> None:
-        import inspect
-
-        from torch._dynamo.guards import GuardsStatePickler
-
-        original = vars(GuardsStatePickler).get("reducer_override")
-        if original is None or hasattr(GuardsStatePickler, "_reduce_function_by_value"):
-            return  # a torch that rebuilds them already, or that we do not know
-
-        @functools.wraps(original)
-        def reducer_override(pickler: Any, obj: Any) -> Any:
-            if (
-                inspect.isfunction(obj)
-                and id(obj) in getattr(pickler, "guard_tree_values", ())
-                and "<locals>" not in obj.__qualname__
-                and not _resolves_by_name(obj)
-            ):
-                module_name = obj.__globals__.get("__name__")
-                module = sys.modules.get(module_name) if isinstance(module_name, str) else None
-                if module is not None and vars(module) is obj.__globals__:
-                    return _rebuild_guarded_function, (
-                        obj.__code__,
-                        module_name,
-                        obj.__name__,
-                        obj.__qualname__,
-                        obj.__module__,
-                        obj.__defaults__,
-                        obj.__kwdefaults__,
-                        obj.__closure__,
-                    )
-            return original(pickler, obj)
-
-        self._replace(GuardsStatePickler, "reducer_override", reducer_override)
-
-
-guarded_functions_by_value = _GuardedFunctionsByValue()
-
-
 class _GuardStateDumpErrors(_Patch):
     """A guard state that cannot be pickled bypasses the frame, never fails the call.
 
@@ -1594,41 +1594,335 @@ class _GuardStateDumpErrors(_Patch):
 guard_state_dump_errors = _GuardStateDumpErrors()
 
 
-class _ScriptFunctionsByName(_Patch):
-    """A TorchScript function in a guarded scope is saved by its module and name.
+class _GuardStateReducers(_Patch):
+    """How the store saves what torch's guard-state pickler would not carry faithfully.
+
+    A guard state pickles the frame's scope pruned to what the guards read,
+    and the loading process rebuilds every guard on it; a guard's expected
+    value is taken from that scope. While installed, one override of
+    `GuardsStatePickler.reducer_override` asks each rule below in turn; the
+    first that answers saves the object, and anything no rule answers is
+    torch's. Each rule says why in its own docstring: `_function_by_value`,
+    `_script_function_by_name`, `_unguarded_bystander`, `_dict_subclass_items`,
+    `_named_reads`.
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import GuardsStatePickler
+
+        reduce = vars(GuardsStatePickler).get("reducer_override")
+        if reduce is None:
+            return
+        rules = [rule for rule in (make() for make in _REDUCER_RULES) if rule is not None]
+
+        @functools.wraps(reduce)
+        def reducer_override(pickler: Any, obj: Any) -> Any:
+            for rule in rules:
+                reduced = rule(pickler, obj)
+                if reduced is not None:
+                    return reduced
+            return reduce(pickler, obj)
+
+        self._replace(GuardsStatePickler, "reducer_override", reducer_override)
+
+
+_Rule = Callable[[Any, Any], Any]
+
+
+def _read_by_guards(pickler: Any) -> Any:
+    """The ids of the values some guard of this state reads (torch's record)."""
+    return getattr(pickler, "guard_tree_values", None)
+
+
+def _function_by_value() -> _Rule | None:
+    """A function a guard walks through is saved by value.
+
+    A function whose module and qualified name do not import back to it
+    (every `functools.wraps` wrapper copies the wrapped function's names) is
+    saved as torch's `_Missing` placeholder. Where a guard's source walks
+    through such a function (transformers' stacked decorators: `L['func']
+    .__closure__[0].cell_contents.__closure__[3].cell_contents == False`),
+    rebuilding that guard on load raises on the placeholder, the install fails
+    and the frame compiles: Mistral, Gemma 2 and Phi-3 on torch 2.11. Newer
+    torch rebuilds such a function from its code (`_reduce_function_by_value`);
+    on a torch without that, a function some guard reaches is saved as torch
+    saves a nested function (code, names, defaults, closure, with the globals
+    of the module that defined it) and rebuilt as it was
+    (`_rebuild_guarded_function`); a function no guard reaches stays a
+    placeholder.
+    """
+    from torch._dynamo.guards import GuardsStatePickler
+
+    if hasattr(GuardsStatePickler, "_reduce_function_by_value"):
+        return None  # torch rebuilds them itself
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        read = _read_by_guards(pickler)
+        if not inspect.isfunction(obj) or read is None or id(obj) not in read:
+            return None
+        if "<locals>" in obj.__qualname__ or _resolves_by_name(obj):
+            return None
+        module_name = obj.__globals__.get("__name__")
+        module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+        if module is None or vars(module) is not obj.__globals__:
+            return None
+        return _rebuild_guarded_function, (
+            obj.__code__,
+            module_name,
+            obj.__name__,
+            obj.__qualname__,
+            obj.__module__,
+            obj.__defaults__,
+            obj.__kwdefaults__,
+            obj.__closure__,
+        )
+
+    return rule
+
+
+def _script_function_by_name() -> _Rule | None:
+    """A module-level TorchScript function is saved by its module and name.
+
+    Neither torch's pickler nor pickle can save a `torch.jit.script`
+    function; a module-level one is its module's attribute under its Python
+    function's qualified name, so the loading process gets the same object
+    back (`_import_script_function`, which refuses anything but a script
+    function there). See `_ScriptFunctionTypeGuards` for its type guard.
+    """
+    script_function = getattr(torch.jit, "ScriptFunction", None)
+    if not isinstance(script_function, type):
+        return None
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        if isinstance(obj, script_function):
+            name = _script_function_name(obj)
+            if name is not None:
+                return _import_script_function, name
+        return None
+
+    return rule
+
+
+def _unguarded_bystander() -> _Rule | None:
+    """A context variable or lock no guard reads is left out of a guard state.
+
+    transformers' `capture_outputs` keeps its collector in a module-level
+    object that wraps a `ContextVar`; the frames that set it guard the
+    object's type and the keys of its `__dict__`, so its guard state carries
+    the object, and pickling that reaches the `ContextVar`. Neither a context
+    variable, its token or context, nor a thread lock can be pickled, so torch
+    bypassed every such frame on every version (on 2.11, any later variant of
+    transformers' shared `wrapper`). A value no guard reads is never looked at
+    when the guards are rebuilt: it is saved as torch's own `_Missing`
+    placeholder, as torch saves unguarded streams and weak references. One
+    that a guard does read is left to torch (a bypass).
+    """
+    import _thread
+
+    from torch._dynamo import guards
+
+    placeholder = getattr(guards, "_Missing", None)
+    if placeholder is None:
+        return None
+    kinds = (contextvars.ContextVar, contextvars.Token, contextvars.Context, _thread.LockType, _thread.RLock)
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        read = _read_by_guards(pickler)
+        if isinstance(obj, kinds) and read is not None and id(obj) not in read:
+            return placeholder, (f"unguarded {type(obj).__name__}",)
+        return None
+
+    return rule
+
+
+def _dict_subclass_items() -> _Rule | None:
+    """A dict subclass that rewrites keys in `__setitem__` keeps its keys.
+
+    Pickle rebuilds a dict subclass by setting each item through the class's
+    `__setitem__`: transformers' `_CanRecordRegistry` turns every key into
+    `str(key.__class__)`, so its saved keys all came back as `"<class 'str'>"`
+    and every guard on them failed. Such a dict is saved as its class, its
+    items and its attributes, and rebuilt with `dict.update`
+    (`_rebuild_dict_subclass`).
+    """
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is dict or not isinstance(obj, dict) or kind.__setitem__ is dict.__setitem__:
+            return None
+        if not _resolves_by_name(kind):
+            return None
+        return _rebuild_dict_subclass, (kind, list(dict.items(obj)), getattr(obj, "__dict__", None) or None)
+
+    return rule
+
+
+def _named_reads() -> _Rule | None:
+    """A module or class a guard walks into carries the data its guards read.
+
+    torch saves a Python module or a class by name, so each guard through
+    one (`G['config'].FLAG == 2`, `G['Config'].FLAG == 2`) would take its
+    expected value from whatever the loading process holds when the entry is
+    installed, not from what the compile saw: with `FLAG = 5` at install,
+    the stored code, traced with 2, ran (torch's own store does the same).
+    Such a module or class is saved by name together with the values of the
+    data attributes (numbers other than booleans, strings, and containers of
+    data) the guards read. The loading process compares them with what the
+    name imports there (`_import_checked`); a guard state whose module or
+    class holds another value is not built (`_UnbuildableGuards`): that
+    variant refuses every call, and a call only it would have served
+    compiles. Functions, classes, objects, `None` and booleans (which every
+    guard state holds as readings of its own) are not compared, and an
+    attribute the loading process lacks is left to the guard build.
+    """
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        read = _read_by_guards(pickler)
+        if read is None or id(obj) not in read:
+            return None
+        if inspect.ismodule(obj):
+            module_name, qualname = obj.__name__, ""
+            kept = _data_read([obj], read)
+        elif isinstance(obj, type) and _resolves_by_name(obj):
+            module_name, qualname = obj.__module__, obj.__qualname__
+            kept = _data_read(obj.__mro__, read)
+        else:
+            return None
+        if not kept:
+            return None
+        return _import_checked, (module_name, qualname, kept)
+
+    return rule
+
+
+_REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
+    _function_by_value,
+    _script_function_by_name,
+    _unguarded_bystander,
+    _dict_subclass_items,
+    _named_reads,
+)
+
+guard_state_reducers = _GuardStateReducers()
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Data whose equality says the guards built on it expect the same."""
+    if isinstance(value, _PLAIN):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _data_read(owners: Any, read: Any) -> dict[str, Any]:
+    """The data attributes of the first of `owners` (a module, or a class's
+    MRO) that a guard reads, as `getattr` on it finds them."""
+    kept: dict[str, Any] = {}
+    seen: set[str] = set()
+    for owner in owners:
+        for name, value in vars(owner).items():
+            if name in seen:
+                continue  # overridden by an earlier owner: not what a read finds
+            seen.add(name)
+            if id(value) in read and value is not None and not isinstance(value, bool) and _plain(value):
+                kept[name] = value
+    return kept
+
+
+def _lookup(owner: Any, name: str) -> Any:
+    """What `owner.name` finds, without running a descriptor or `__getattr__`."""
+    for klass in owner.__mro__ if isinstance(owner, type) else (owner,):
+        if name in vars(klass):
+            return vars(klass)[name]
+    return _NOTHING
+
+
+_NOTHING = object()
+
+
+def _same(saved: Any, live: Any) -> bool:
+    """Whether `live` is data equal to `saved`, type, order and all."""
+    if saved is live:
+        return True
+    if type(saved) is not type(live):
+        return False
+    if isinstance(saved, (tuple, list)):
+        return len(saved) == len(live) and all(_same(a, b) for a, b in zip(saved, live))
+    if isinstance(saved, dict):
+        return list(saved) == list(live) and all(_same(v, live[k]) for k, v in saved.items())
+    try:
+        return bool(saved == live)
+    except Exception:  # noqa: BLE001 - an answer that cannot be had is a difference
+        return False
+
+
+# What `_import_checked` found changed, per thread, while a guard state
+# unpickles (`unpickle_guards_state`); None outside one.
+_changed_reads = threading.local()
+
+
+def unpickle_guards_state(unpickle: Callable[[bytes], Any], data: bytes) -> Any:
+    """`unpickle(data)`, the state marked with the data found changed since the save."""
+    outer = getattr(_changed_reads, "found", None)
+    _changed_reads.found = found = []
+    try:
+        state = unpickle(data)
+    finally:
+        _changed_reads.found = outer
+    if found:
+        state.precompile_changed = found
+    return state
+
+
+def _import_checked(module_name: str, qualname: str, saved: dict[str, Any]) -> Any:
+    """The module (`qualname` empty) or class `_named_reads` saved, by name, its
+    guarded data compared with what it holds here."""
+    owner = importlib.import_module(module_name)
+    if qualname:
+        owner = _attribute_path(owner, qualname)
+    found = getattr(_changed_reads, "found", None)
+    if found is not None:
+        for name, value in saved.items():
+            live = _lookup(owner, name)
+            # One it lacks here is left to the guard build (Dynamo sets some
+            # of its own marks on classes as it compiles).
+            if live is not _NOTHING and not _same(value, live):
+                found.append(
+                    f"{qualname or module_name}.{name} is {repr(live)[:80]}, the compile saw {repr(value)[:80]}"
+                )
+    return owner
+
+
+class _ScriptFunctionTypeGuards(_Patch):
+    """The type guard of a module-level TorchScript function is serialized.
 
     Dynamo inlines a `torch.jit.script` function through the Python function
     it was scripted from and guards the global's type (`TYPE_MATCH` on
     `G['scaled_size_sqrt']` in DeBERTa-v2). torch takes the type for a local
     class (pybind names it `torch.jit.ScriptFunction`, a qualified name that
-    differs from its name) and neither its pickler nor pickle can save the
-    function, so it bypasses the frame on every version and no cache can
-    serve it. The type is torch's own, the same in every process; a
-    module-level script function is its module's attribute under its Python
-    function's qualified name. While installed, such a function is saved as
-    that reference and its type guard is serialized: the loading process gets
-    the same object back from the module (`_import_script_function`, which
-    refuses anything but a script function there) and rebuilds the type guard
-    from it. One that does not resolve by name is left to torch (a bypass).
+    differs from its name) and bypasses the frame on every version, so no
+    cache can serve it. The type is torch's own, the same in every process,
+    and the function itself is saved by name (`_script_function_by_name`):
+    while installed, the mark is lifted from such a guard for the one call
+    that serializes it. One that does not resolve by name is left to torch (a
+    bypass).
     """
 
     def _apply(self) -> None:
-        import torch
-        from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
+        from torch._dynamo.guards import CheckFunctionManager
 
         script_function = getattr(torch.jit, "ScriptFunction", None)
-        reduce = vars(GuardsStatePickler).get("reducer_override")
         serialize = vars(CheckFunctionManager).get("serialize_guards")
-        if reduce is None or not callable(serialize) or not isinstance(script_function, type):
+        if not callable(serialize) or not isinstance(script_function, type):
             return
-
-        @functools.wraps(reduce)
-        def reducer_override(pickler: Any, obj: Any) -> Any:
-            if isinstance(obj, script_function):
-                name = _script_function_name(obj)
-                if name is not None:
-                    return _import_script_function, name
-            return reduce(pickler, obj)
 
         @functools.wraps(serialize)
         def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
@@ -1644,51 +1938,19 @@ class _ScriptFunctionsByName(_Patch):
                 for guard, mark in zip(lifted, marks):
                     guard._unserializable = mark
 
-        self._replace(GuardsStatePickler, "reducer_override", reducer_override)
         self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
 
 
-script_functions_by_name = _ScriptFunctionsByName()
+script_function_type_guards = _ScriptFunctionTypeGuards()
 
 
-class _UnpicklableBystanders(_Patch):
-    """A context variable or lock no guard reads is left out of a guard state.
-
-    transformers' `capture_outputs` keeps its collector in a module-level
-    object that wraps a `ContextVar`; the frames that set it guard the
-    object's type and the keys of its `__dict__`, so its guard state carries
-    the object, and pickling that reaches the `ContextVar`. Neither a context
-    variable, its token or context, nor a thread lock can be pickled, so torch
-    bypassed every such frame on every version (on 2.11, any later variant of
-    transformers' shared `wrapper`). A value no guard reads is never looked at
-    when the guards are rebuilt: while installed, such a value is saved as
-    torch's own `_Missing` placeholder, as torch saves unguarded streams and
-    weak references. One that a guard does read is left to torch (a bypass).
-    """
-
-    def _apply(self) -> None:
-        import _thread
-        import contextvars
-
-        from torch._dynamo import guards
-
-        placeholder = getattr(guards, "_Missing", None)
-        reduce = vars(guards.GuardsStatePickler).get("reducer_override")
-        if reduce is None or placeholder is None:
-            return
-        kinds = (contextvars.ContextVar, contextvars.Token, contextvars.Context, _thread.LockType, _thread.RLock)
-
-        @functools.wraps(reduce)
-        def reducer_override(pickler: Any, obj: Any) -> Any:
-            read = getattr(pickler, "guard_tree_values", None)
-            if isinstance(obj, kinds) and read is not None and id(obj) not in read:
-                return placeholder, (f"unguarded {type(obj).__name__}",)
-            return reduce(pickler, obj)
-
-        self._replace(guards.GuardsStatePickler, "reducer_override", reducer_override)
-
-
-unpicklable_bystanders = _UnpicklableBystanders()
+def _rebuild_dict_subclass(cls: type, items: list[tuple[Any, Any]], attributes: dict[str, Any] | None) -> Any:
+    """A dict subclass `_dict_subclass_items` saved, its items as they were."""
+    rebuilt = dict.__new__(cls)  # type: ignore[call-overload]
+    dict.update(rebuilt, items)
+    if attributes:
+        vars(rebuilt).update(attributes)
+    return rebuilt
 
 
 def _types_a_named_script_function(builder: Any, guard: Any, script_function: type) -> bool:
@@ -1708,17 +1970,11 @@ def _script_function_name(fn: Any) -> tuple[str, str] | None:
     source = getattr(fn, "_torchdynamo_inline", None)  # the function it was scripted from
     module_name = getattr(source, "__module__", None)
     qualname = getattr(source, "__qualname__", None)
-    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
-        return None
-    try:
-        found = _attribute_path(sys.modules.get(module_name), qualname)
-    except AttributeError:
-        return None
-    return (module_name, qualname) if found is fn else None
+    return (module_name, qualname) if _names(module_name, qualname, fn) else None  # type: ignore[return-value]
 
 
 def _import_script_function(module_name: str, qualname: str) -> Any:
-    """The script function `_ScriptFunctionsByName` saved, from its module."""
+    """The script function `_script_function_by_name` saved, from its module."""
     import torch
 
     fn = _attribute_path(importlib.import_module(module_name), qualname)
@@ -1737,7 +1993,7 @@ def _rebuild_guarded_function(
     kwdefaults: dict[str, Any] | None,
     closure: tuple[types.CellType, ...] | None,
 ) -> types.FunctionType:
-    """A function `_GuardedFunctionsByValue` saved, with the names it had.
+    """A function `_function_by_value` saved, with the names it had.
 
     torch's `_unpickle_nested_function` passes the qualified name where
     `FunctionType` takes `__name__`, so a guard on `fn.__name__` (torch 2.13

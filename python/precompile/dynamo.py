@@ -195,16 +195,18 @@ def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
 
 
 def _install_failed(package: Any, error: BaseException) -> None:
-    counters = tc.counters["precompile"]
-    counters["install_failed"] += 1
-    name = getattr(getattr(package, "_innermost_fn", None), "__qualname__", "?")
-    log.debug("installing the stored entry for %s failed", name, exc_info=error)
-    warnings.warn(
-        PrecompileWarning(
-            f"precompile entry for {name} could not be installed ({type(error).__name__}: {error}); compiling instead"
-        ),
-        stacklevel=2,
-    )
+    # Dynamo installs what `load` returned; when that fails (a guard that
+    # cannot be rebuilt against this process's globals, say), the store's
+    # load already counted it as loaded. Called before the install is undone,
+    # while the package still names its function.
+    tc.counters["precompile"]["install_failed"] += 1
+    fn = getattr(package, "_innermost_fn", None)
+    log.debug("installing a stored entry failed", exc_info=error)
+    try:
+        key = tc.source_id_from_fn(fn) if fn is not None else ""
+    except Exception:  # noqa: BLE001 - the key only labels the record
+        key = ""
+    explain.install_failed(key, f"{type(error).__name__}: {error}; compiling instead", fn=fn)
 
 
 def install(
@@ -275,15 +277,15 @@ def _patches() -> tuple[tc._Patch, ...]:
         tc.guard_evaluation,
         tc.backend_capture,
         tc.install_hardening,
+        tc.unbuildable_guards,
         tc.source_pickling,
         tc.unbound_global_names,
         tc.lazy_kernel_templates,
         tc.guard_state_handoff,
         tc.named_class_guards,
         tc.guard_passes,
-        tc.guarded_functions_by_value,
-        tc.script_functions_by_name,
-        tc.unpicklable_bystanders,
+        tc.guard_state_reducers,
+        tc.script_function_type_guards,
         tc.guard_state_dump_errors,
         tc.module_alias_recorder,
         tc.unnamed_frames,

@@ -3,8 +3,9 @@
 Every event also goes three ways:
 
 - counters: `counters["precompile"]` gets `frames_loaded` (compiled variants
-  installed from the store), `frames_recompiled` (frames Dynamo compiled
-  although the store had installed code for them) and `miss_<reason>`;
+  installed from the store; an install torch then fails takes its count
+  back), `frames_recompiled` (frames Dynamo compiled although the store had
+  installed code for them) and `miss_<reason>`;
 - logging: the `precompile` logger at INFO, and torch's `recompiles` log
   (`TORCH_LOGS=recompiles`) for every miss of a stored entry;
 - a record file, `<store>/log/last-run.jsonl` (see `miss_log`), that
@@ -37,7 +38,7 @@ from . import _torch_compat as tc
 from .context import PrecompileWarning
 from .miss_log import MissLog
 
-__all__ = ["begin", "end", "loaded", "miss", "unstorable"]
+__all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]
 
 log = logging.getLogger("precompile")
 
@@ -50,6 +51,8 @@ _QUIET = frozenset({"not_stored"})
 _run = MissLog()
 _warned = threading.Lock()
 _warned_once: list[bool] = []
+# Compiled variants counted as loaded, by key, until an install undoes them.
+_loaded_variants: dict[str, int] = {}
 
 
 def begin(store_path: Any) -> None:
@@ -60,6 +63,7 @@ def begin(store_path: Any) -> None:
     _run.begin(store_path, tc.TORCH_VERSION)
     with _warned:
         _warned_once.clear()
+        _loaded_variants.clear()
     tc.stored_code_watch.watch(_on_stored_code_compile)
 
 
@@ -139,6 +143,8 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
     variants = sum(len(c.guarded_codes) for c in entry.dynamo.codes if not c.bypassed)
     tc.counters["precompile"]["frames_loaded"] += variants
     tc.counters["precompile"]["entries_loaded"] += 1
+    with _warned:
+        _loaded_variants[key] = variants
     _write({"event": "loaded", "key": key, **_frame(fn), "variants": variants})
     log.info("precompile loaded %d compiled variant(s) for %s", variants, key[:16])
     for code in entry.dynamo.codes:
@@ -151,6 +157,19 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
                 "an identity check on an object or on a local class, or a backend never recorded); it compiles again",
                 fn=fn,
             )
+
+
+def install_failed(key: str, detail: str, *, fn: Callable[..., Any] | None = None) -> None:
+    """Record that torch could not install the entry `loaded` reported for `key`.
+
+    What `loaded` counted is taken back: nothing of the entry runs.
+    """
+    with _warned:
+        variants = _loaded_variants.pop(key, None)
+    if variants is not None:
+        tc.counters["precompile"]["frames_loaded"] -= variants
+        tc.counters["precompile"]["entries_loaded"] -= 1
+    miss("install_failed", key, detail, fn=fn)
 
 
 def _code_frame(code: Any) -> dict[str, Any]:

@@ -115,6 +115,8 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
     lines = []
     loaded = variants = 0
     reasons: dict[str, int] = {}
+    # A load that torch then failed to install counts as the miss alone.
+    loaded_keys: dict[tuple[Any, Any], int] = {}
     for r in records:
         event = r.get("event")
         where = r.get("frame") or (r.get("key") or "?")[:16]
@@ -126,10 +128,15 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
         elif event == "loaded":
             loaded += 1
             variants += int(r.get("variants", 0))
+            loaded_keys[(r.get("pid"), r.get("key"))] = int(r.get("variants", 0))
             lines.append(f"  loaded  {where}: {r.get('variants')} compiled variant(s)")
         elif event == "miss":
             reason = str(r.get("reason"))
             reasons[reason] = reasons.get(reason, 0) + 1
+            undone = loaded_keys.pop((r.get("pid"), r.get("key")), None) if reason == "install_failed" else None
+            if undone is not None:
+                loaded -= 1
+                variants -= undone
             lines.append(f"  MISS    {reason}: {where}")
             lines.append(f"          {r.get('detail', '')}")
             for g in r.get("guards", []):

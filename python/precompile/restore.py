@@ -33,7 +33,6 @@ from . import explain, module_aliases
 __all__ = [
     "RestoreError",
     "check",
-    "install_package",
     "prepare",
     "with_defining_module",
 ]
@@ -119,22 +118,3 @@ def prepare(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) ->
         return None
     explain.loaded(key, entry, fn=fn)
     return entry
-
-
-def install_package(fn: Callable[..., Any], key: str, entry: tc.PrecompileCacheEntry) -> tc.CompilePackage | None:
-    """Check, then install `entry` for `fn`; a miss (None) with its reason if it does not restore."""
-    prepared = prepare(fn, key, entry)
-    if prepared is None:
-        return None
-    try:
-        package = tc.CompilePackage(fn, prepared.dynamo)
-        package.install(prepared.backends)
-    except Exception as e:  # noqa: BLE001 - torch's version and source checks, or install itself
-        explain.miss(
-            "install_failed",
-            key,
-            f"{entry.dynamo.fn_name}: {type(e).__name__}: {e}",
-            fn=fn,
-        )
-        return None
-    return package
