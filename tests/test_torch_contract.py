@@ -9,6 +9,7 @@ return values, frame counters, counters and the backends a reload installs.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
 import functools
@@ -855,6 +856,7 @@ _C_MODEL = _C()
 _registry_module = types.ModuleType("precompile_contract_registry")
 _registry_module.REG = _Registry()  # type: ignore[attr-defined]
 _registry_module.FACTOR = 2  # type: ignore[attr-defined]
+_registry_module.ORDERED = None  # type: ignore[attr-defined]  # set below, once its class exists
 sys.modules[_registry_module.__name__] = _registry_module
 
 
@@ -906,6 +908,23 @@ def _module_scaled(x: torch.Tensor) -> torch.Tensor:
 
 def _class_scaled(x: torch.Tensor) -> torch.Tensor:
     return x * _Holder.FACTOR
+
+
+class _OrderedRegistry(collections.OrderedDict):
+    """An OrderedDict subclass with its own `__setitem__` (as transformers'
+    `ModelOutput`): pickle must rebuild it, order and all."""
+
+    def __setitem__(self, key: str, value: int) -> None:
+        super().__setitem__(key, value)
+
+
+_registry_module.ORDERED = _OrderedRegistry(u=3, w=4)  # type: ignore[attr-defined]
+
+
+def _ordered_scaled(x: torch.Tensor) -> torch.Tensor:
+    for factor in _registry_module.ORDERED.values():
+        x = x * factor
+    return x
 
 
 @contextlib.contextmanager
@@ -974,6 +993,17 @@ def test_a_guard_through_a_module_or_class_expects_what_the_compile_saw(store: P
     finally:
         owner.FACTOR = 2
         _reset_precompile_entries(fn.__code__)
+
+
+def test_an_ordered_dict_subclass_a_guard_reads_comes_back_whole(store: Path) -> None:
+    """Saved with the values its guards read, an OrderedDict subclass with
+    its own `__setitem__` comes back with its keys in order: compared with
+    the live one, the same, so the stored variant serves."""
+    x = torch.ones(3)
+    with _saved_then_forgotten(_ordered_scaled, (x,)):
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_ordered_scaled)(x), x * 12)
+        assert counters["precompile"]["variants_unbuildable"] == 0
 
 
 def test_a_registry_changed_since_the_save_refuses_only_the_variant_that_reads_it(store: Path) -> None:

@@ -1735,6 +1735,9 @@ def _unguarded_bystander() -> _Rule | None:
     return rule
 
 
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, not in C
+
+
 def _dict_subclass_items() -> _Rule | None:
     """A dict subclass that rewrites keys in `__setitem__` keeps its keys.
 
@@ -1743,12 +1746,17 @@ def _dict_subclass_items() -> _Rule | None:
     `str(key.__class__)`, so its saved keys all came back as `"<class 'str'>"`
     and every guard on them failed. Such a dict is saved as its class, its
     items and its attributes, and rebuilt with `dict.update`
-    (`_rebuild_dict_subclass`).
+    (`_rebuild_dict_subclass`). A subclass of another C mapping
+    (`OrderedDict`, transformers' `ModelOutput`) is left to pickle.
     """
 
     def rule(pickler: Any, obj: Any) -> Any:
         kind = type(obj)
         if kind is dict or not isinstance(obj, dict) or kind.__setitem__ is dict.__setitem__:
+            return None
+        # Only where dict is the one C base: a C mapping such as OrderedDict
+        # keeps its own order that `dict.update` would bypass.
+        if any(not base.__flags__ & _HEAP_TYPE for base in kind.__mro__ if base not in (dict, object)):
             return None
         if not _resolves_by_name(kind):
             return None
