@@ -42,6 +42,8 @@ def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: 
     early = dynamo_package.DynamoCache
     torch_prefix = early.path_prefix()
     flag = torch._dynamo.config.caching_precompile
+    patched = _patched_by_install()
+    torchs = [getattr(owner, name) for owner, name in patched]
     with precompile.installed(tmp_path / "s", save_on_exit=False) as cache:
         assert dynamo_package.DynamoCache is early
         assert precompile_context.DynamoCache is early
@@ -52,6 +54,22 @@ def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: 
     assert early.path_prefix() == torch_prefix
     assert not any(name in vars(early) for name in ("load", "write", "read", "clear"))
     assert torch._dynamo.config.caching_precompile == flag
+    # Every patched attribute is torch's own again, wrappers of wrappers too.
+    assert all(getattr(owner, name) is own for (owner, name), own in zip(patched, torchs))
+
+
+def _patched_by_install() -> list[tuple[object, str]]:
+    """Attributes of torch that more than one of the store's patches wrap."""
+    import torch._dynamo.convert_frame as convert_frame
+    from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
+
+    return [
+        (dynamo_package, "load_guard_manager"),
+        (dynamo_package, "load_guards_state"),
+        (convert_frame, "_compile"),
+        (GuardsStatePickler, "reducer_override"),
+        (CheckFunctionManager, "serialize_guards"),
+    ]
 
 
 def test_save_without_install_is_a_clear_error() -> None:

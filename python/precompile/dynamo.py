@@ -303,10 +303,11 @@ def uninstall() -> None:
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         tc.set_caching_precompile(_active.was_enabled)
         # Last started, first stopped: two patches of one attribute
-        # (serialize_guards has two) each put back what it found.
+        # (serialize_guards has three; explain's watch, started last, wraps
+        # load_guard_manager over unbuildable_guards) each put back what it found.
+        explain.end()
         for patch in reversed(_patches()):
             patch.stop()
-        explain.end()
         _active = None
 
 
