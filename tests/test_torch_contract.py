@@ -856,6 +856,7 @@ _C_MODEL = _C()
 _registry_module = types.ModuleType("precompile_contract_registry")
 _registry_module.REG = _Registry()  # type: ignore[attr-defined]
 _registry_module.FACTOR = 2  # type: ignore[attr-defined]
+_registry_module.FAST = True  # type: ignore[attr-defined]
 _registry_module.ORDERED = None  # type: ignore[attr-defined]  # set below, once its class exists
 sys.modules[_registry_module.__name__] = _registry_module
 
@@ -908,6 +909,10 @@ def _module_scaled(x: torch.Tensor) -> torch.Tensor:
 
 def _class_scaled(x: torch.Tensor) -> torch.Tensor:
     return x * _Holder.FACTOR
+
+
+def _flagged(x: torch.Tensor) -> torch.Tensor:
+    return x + 1 if _registry_module.FAST else x - 1
 
 
 class _OrderedRegistry(collections.OrderedDict):
@@ -993,6 +998,30 @@ def test_a_guard_through_a_module_or_class_expects_what_the_compile_saw(store: P
     finally:
         owner.FACTOR = 2
         _reset_precompile_entries(fn.__code__)
+
+
+def test_a_module_flag_changed_since_the_save_refuses_the_variant(store: Path) -> None:
+    """A boolean, the commonest module-level switch: the attribute is the one
+    the guard's source names, so its saved value is compared too."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.ones(3)
+    try:
+        with _saved_then_forgotten(_flagged, (x,)):
+            _registry_module.FAST = False
+            with pytest.warns(precompile.PrecompileWarning, match="guard_failed"):
+                torch.testing.assert_close(torch.compile(_flagged)(x), x - 1)
+            assert counters["precompile"]["variants_unbuildable"] == 1
+        [miss] = [r for r in read_records(str(store)) if r.get("event") == "miss" and r["reason"] != "not_stored"]
+        assert "precompile_contract_registry.FAST is False, the compile saw True" in " ".join(miss["guards"]), miss
+        _registry_module.FAST = True
+        _reset()
+        _reset_precompile_entries(_flagged.__code__)
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_flagged)(x), x + 1)
+    finally:
+        _registry_module.FAST = True
+        _reset_precompile_entries(_flagged.__code__)
 
 
 def test_an_ordered_dict_subclass_a_guard_reads_comes_back_whole(store: Path) -> None:

@@ -1608,10 +1608,11 @@ class _GuardStateReducers(_Patch):
     """
 
     def _apply(self) -> None:
-        from torch._dynamo.guards import GuardsStatePickler
+        from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
 
         reduce = vars(GuardsStatePickler).get("reducer_override")
-        if reduce is None:
+        serialize = vars(CheckFunctionManager).get("serialize_guards")
+        if reduce is None or not callable(serialize):
             return
         rules = [rule for rule in (make() for make in _REDUCER_RULES) if rule is not None]
 
@@ -1623,7 +1624,49 @@ class _GuardStateReducers(_Patch):
                     return reduced
             return reduce(pickler, obj)
 
+        @functools.wraps(serialize)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            # Which attributes of which objects the guards being saved read,
+            # for the rules (`_named_reads`), from the guards' own sources.
+            outer = getattr(_attributes_read, "current", None)
+            _attributes_read.current = _attributes_of(builder, sorted_guards, args, kwargs)
+            try:
+                return serialize(self, builder, sorted_guards, *args, **kwargs)
+            finally:
+                _attributes_read.current = outer
+
         self._replace(GuardsStatePickler, "reducer_override", reducer_override)
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+# The attribute names each object's guards read, by the object's id, while
+# `serialize_guards` saves a guard state on this thread.
+_attributes_read = threading.local()
+
+
+def _attributes_of(builder: Any, guards: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[int, set[str]]:
+    """For each object some guard's source takes an attribute of (`G['config'].FLAG`,
+    `list(dict.keys(G['m'].REGISTRY))[2]`), the names taken, by the object's id."""
+    from torch._dynamo.source import AttrSource
+
+    output_graph = args[0] if args else kwargs.get("output_graph")
+    sources = [g.originating_source for g in guards]
+    sources.extend(getattr(output_graph, "guard_on_key_order", ()) or ())
+    found: dict[int, set[str]] = {}
+    seen: set[int] = set()
+    for source in sources:
+        while source is not None and id(source) not in seen:
+            seen.add(id(source))
+            base = getattr(source, "base", None)
+            if isinstance(source, AttrSource) and base is not None:
+                try:
+                    owner = builder.get(base)
+                except Exception:  # noqa: BLE001 - a source the build could not read names nothing
+                    owner = None
+                if inspect.ismodule(owner) or isinstance(owner, type):
+                    found.setdefault(id(owner), set()).add(source.member)
+            source = base
+    return found
 
 
 _Rule = Callable[[Any, Any], Any]
@@ -1774,28 +1817,31 @@ def _named_reads() -> _Rule | None:
     installed, not from what the compile saw: with `FLAG = 5` at install,
     the stored code, traced with 2, ran (torch's own store does the same).
     Such a module or class is saved by name together with the values of the
-    data attributes (numbers other than booleans, strings, and containers of
-    data) the guards read. The loading process compares them with what the
-    name imports there (`_import_checked`); a guard state whose module or
-    class holds another value is not built (`_UnbuildableGuards`): that
-    variant refuses every call, and a call only it would have served
-    compiles. Functions, classes, objects, `None` and booleans (which every
-    guard state holds as readings of its own) are not compared, and an
-    attribute the loading process lacks is left to the guard build.
+    data attributes (numbers, strings, `None`, and containers of data) the
+    guards' sources take of it (`_attributes_of`). The loading process
+    compares them with what the name imports there (`_import_checked`); a
+    guard state whose module or class holds another value is not built
+    (`_UnbuildableGuards`): that variant refuses every call, and a call only
+    it would have served compiles. Functions, classes and other objects are
+    not compared, and an attribute the loading process lacks is left to the
+    guard build.
     """
 
     def rule(pickler: Any, obj: Any) -> Any:
-        read = _read_by_guards(pickler)
-        if read is None or id(obj) not in read:
+        names = (getattr(_attributes_read, "current", None) or {}).get(id(obj))
+        if not names:
             return None
         if inspect.ismodule(obj):
             module_name, qualname = obj.__name__, ""
-            kept = _data_read([obj], read)
         elif isinstance(obj, type) and _resolves_by_name(obj):
             module_name, qualname = obj.__module__, obj.__qualname__
-            kept = _data_read(obj.__mro__, read)
         else:
             return None
+        kept = {}
+        for name in sorted(names):
+            value = _lookup(obj, name)
+            if value is not _NOTHING and _plain(value):
+                kept[name] = value
         if not kept:
             return None
         return _import_checked, (module_name, qualname, kept)
@@ -1828,21 +1874,6 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if isinstance(value, dict):
         return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
     return False
-
-
-def _data_read(owners: Any, read: Any) -> dict[str, Any]:
-    """The data attributes of the first of `owners` (a module, or a class's
-    MRO) that a guard reads, as `getattr` on it finds them."""
-    kept: dict[str, Any] = {}
-    seen: set[str] = set()
-    for owner in owners:
-        for name, value in vars(owner).items():
-            if name in seen:
-                continue  # overridden by an earlier owner: not what a read finds
-            seen.add(name)
-            if id(value) in read and value is not None and not isinstance(value, bool) and _plain(value):
-                kept[name] = value
-    return kept
 
 
 def _lookup(owner: Any, name: str) -> Any:
