@@ -59,11 +59,12 @@ def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: 
 
 
 def _patched_by_install() -> list[tuple[object, str]]:
-    """Attributes of torch that more than one of the store's patches wrap."""
+    """Attributes of torch the store's patches wrap, most of them more than once."""
     import torch._dynamo.convert_frame as convert_frame
     from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
 
     return [
+        (dynamo_package.CompilePackage, "install"),
         (dynamo_package, "load_guard_manager"),
         (dynamo_package, "load_guards_state"),
         (convert_frame, "_compile"),

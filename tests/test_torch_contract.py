@@ -808,7 +808,7 @@ def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path)
         ours = installed(*args, **kwargs)
         built.append(0)
         with torch._dynamo.config.patch(caching_precompile=True):
-            torchs = tc.stored_code_watch.original(dynamo_package, "load_guard_manager")(*args, **kwargs)
+            torchs = tc.unbuildable_guards.original(dynamo_package, "load_guard_manager")(*args, **kwargs)
     finally:
         Guard.create = create  # type: ignore[method-assign]
     assert str(ours) == str(torchs)

@@ -45,6 +45,8 @@ from torch._inductor.triton_bundler import (
     TritonKernelArtifacts,
 )
 
+from . import object_paths
+
 __all__ = [
     "BackendCacheArtifact",
     "autotune_capture",
@@ -97,6 +99,9 @@ __all__ = [
     "triton_cache_dir",
     "unbuildable_guards",
     "unnamed_frames",
+    "object_aliases",
+    "alias_target",
+    "comprehension_functions",
     "device_type_union",
 ]
 
@@ -951,10 +956,11 @@ class _StoredCodeWatch(_Patch):
     """Tells a listener when Dynamo compiles a frame the store installed code for.
 
     `CompilePackage.install` builds one guard manager per stored guarded code
-    (through `package.load_guard_manager`); Dynamo compiles a frame (through
-    `convert_frame._compile`) only when none of them accepted it. Wrapping the
-    two lets the listener evaluate the stored guards on the frame that missed
-    and say which one failed, with torch's own verbose guard text.
+    (through `package.load_guard_manager`, which `_UnbuildableGuards` wraps
+    and which `record`s each manager here); Dynamo compiles a frame (through
+    `convert_frame._compile`) only when none of them accepted it. Knowing
+    both lets the listener evaluate the stored guards on the frame that
+    missed and say which one failed, with torch's own verbose guard text.
     """
 
     def __init__(self) -> None:
@@ -967,19 +973,16 @@ class _StoredCodeWatch(_Patch):
         self.on_compile = on_compile
         self.start()
 
+    def record(self, code: Any, manager: Any) -> None:
+        """Note a guard manager install() built for stored code of `code`."""
+        if self.on_compile is not None:
+            self._managers.setdefault(code, []).append(manager)
+
     def _apply(self) -> None:
         from torch._dynamo import convert_frame
 
-        load_guard_manager = dynamo_package.load_guard_manager
         compile_frame = convert_frame._compile
         watch = self
-
-        @functools.wraps(load_guard_manager)
-        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
-            with _stored_guards_built_once():
-                manager = load_guard_manager(guards_state, target_code, *args, **kwargs)
-            watch._managers.setdefault(target_code, []).append(manager)
-            return manager
 
         @functools.wraps(compile_frame)
         def _compile(code: Any, globals: Any, locals: Any, *args: Any, **kwargs: Any) -> Any:
@@ -991,7 +994,6 @@ class _StoredCodeWatch(_Patch):
                     log.debug("explaining a stored-code compile failed", exc_info=True)
             return compile_frame(code, globals, locals, *args, **kwargs)
 
-        self._replace(dynamo_package, "load_guard_manager", _load_guard_manager)
         self._replace(convert_frame, "_compile", _compile)
 
     def _stopped(self) -> None:
@@ -1019,7 +1021,9 @@ class _UnbuildableGuards(_Patch):
     While installed, such a variant gets a guard manager that rejects every
     call and names the error: the entry's other variants install as stored,
     and a call only that variant would have served compiles, as on a guard
-    failure (`precompile explain` names the variant and the error). Building
+    failure (`precompile explain` names the variant and the error). Every
+    stored variant's manager is built here in one pass
+    (`_stored_guards_built_once`). Building
     it later, on a call, is not done: the rebuilt guards would take their
     expected values from whatever the live object holds then. A variant whose
     guard state found module or class data changed since the save (`_named_reads`) is
@@ -1038,16 +1042,25 @@ class _UnbuildableGuards(_Patch):
             manager.root.add_lambda_guard(_refuse, [f"precompile: these stored guards {why}"], None)
             return manager
 
-        @functools.wraps(load_guard_manager)
-        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
+        def build(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
             changed = getattr(guards_state, "precompile_changed", None)
             if changed:
                 return refusing(f"were not built: {'; '.join(changed[:3])}")
             try:
-                return load_guard_manager(guards_state, target_code, *args, **kwargs)
+                with _stored_guards_built_once():
+                    return load_guard_manager(guards_state, target_code, *args, **kwargs)
             except Exception as e:  # noqa: BLE001 - whatever the build raised, the variant must not run
                 log.debug("the guards of a stored variant of %s cannot be built", target_code.co_name, exc_info=True)
                 return refusing(f"could not be built at install ({type(e).__name__}: {e})")
+
+        # The one wrapper of torch's function: explain's watch is told of
+        # every manager it returns, refusing ones included, so `explain`
+        # names why a refused variant did not serve.
+        @functools.wraps(load_guard_manager)
+        def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
+            manager = build(guards_state, target_code, *args, **kwargs)
+            stored_code_watch.record(target_code, manager)
+            return manager
 
         self._replace(dynamo_package, "load_guard_manager", _load_guard_manager)
 
@@ -1080,6 +1093,27 @@ def changed_sources(dynamo_entry: Any) -> list[str]:
         if dynamo_package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
             changed.append(f"{src.module} lines {src.firstlineno}-{src.lastlineno}")
     return sorted(changed)
+
+
+def generated_code_changed(code_entry: Any) -> str | None:
+    """Why `code_entry`'s generated code is not the one its path reaches here, or None.
+
+    Only a code `exec` generated (file "<string>") is compared: a code from a
+    source file is covered by `changed_sources`. The stored code must be the
+    live one, instruction for instruction, or its compiled variants were
+    traced from another function.
+    """
+    stored = code_entry.python_code
+    if not code_entry.code_source or not object_paths.generated(stored.co_filename):
+        return None
+    path = f"{code_entry.python_module}.{code_entry.function_names[0]}"
+    try:
+        live = dynamo_package._lookup_code(code_entry)
+    except Exception as e:
+        return f"{path} is not found here ({type(e).__name__}: {e})"
+    if dynamo_package.SerializedCode.from_code_object(live) != stored:
+        return f"{path} generates other code here than when it was compiled"
+    return None
 
 
 class _SourcePickling(_Patch):
@@ -1148,12 +1182,14 @@ class _UnboundGlobalNames(_Patch):
 
     `install()` binds a stored code's globals (`__builtins_dict___0`, ...)
     under the names the saving process drew from Dynamo's per-process
-    counter. Where `OutputGraph.install_global` draws a name without looking
-    at the scope (torch 2.11), a frame compiled after a load (a new shape, a
-    guard failure) draws the same name and fails an assertion. While
-    installed, a drawn name that is already bound is drawn again; torch
-    releases that already skip bound names (`unique_id_unbound_in`) are left
-    alone.
+    counter, resume functions (`__resume_at_20_1`) among them. Where Dynamo
+    draws a name without looking at the scope (torch 2.11: `OutputGraph.
+    install_global`, and the resume and comprehension functions the
+    translator makes), a frame compiled after a load (a new shape, a guard
+    failure, an entry stored without its main frame) can draw the same name
+    and fail an assertion inside the user's call. While installed, a drawn
+    name that is already bound is drawn again; torch releases that already
+    skip bound names (`unique_id_unbound_in`) are left alone.
     """
 
     def _apply(self) -> None:
@@ -1173,6 +1209,25 @@ class _UnboundGlobalNames(_Patch):
             return name
 
         self._replace(OutputGraph, "install_global", install_global)
+
+        from torch._dynamo import symbolic_convert
+
+        drawn = vars(symbolic_convert).get("unique_id")
+        if drawn is not bt.unique_id:
+            return
+
+        @functools.wraps(drawn)
+        def unique_id(name: str, with_uuid: bool = False) -> str:
+            fresh = drawn(name, with_uuid)
+            # The translator binds what it names in its frame's globals, the
+            # scope of the frame being traced.
+            tx = getattr(symbolic_convert.tls, "current_tx", None)
+            scope = getattr(getattr(tx, "output", None), "global_scope", None)
+            while isinstance(scope, dict) and fresh in scope:
+                fresh = drawn(name, with_uuid)
+            return fresh
+
+        self._replace(symbolic_convert, "unique_id", unique_id)
 
 
 unbound_global_names = _UnboundGlobalNames()
@@ -2075,9 +2130,9 @@ class _ModuleAliasRecorder(_Patch):
         def install_global_by_id(self: Any, prefix: str, value: Any, *args: Any, **kwargs: Any) -> Any:
             name = original(self, prefix, value, *args, **kwargs)
             if isinstance(prefix, str) and prefix.startswith(recorder.PREFIX) and isinstance(name, str):
-                module_name = getattr(value, "__name__", None)
-                if isinstance(module_name, str) and sys.modules.get(module_name) is value:
-                    recorder.names[name] = module_name
+                path = alias_target(value)
+                if path is not None:
+                    recorder.names[name] = path
             return name
 
         self._replace(OutputGraph, "install_global_by_id", install_global_by_id)
@@ -2086,18 +2141,72 @@ class _ModuleAliasRecorder(_Patch):
 module_alias_recorder = _ModuleAliasRecorder()
 
 
+def alias_target(value: Any) -> str | None:
+    """What a `___module_*` alias is stored as: its module's name, or `module:qualname`.
+
+    Dynamo binds builtins and classes under such aliases as well (`iter`,
+    `range`, `collections.deque`, to rebuild an iterator live at a graph
+    break); those are named by the path that reaches them.
+    """
+    if isinstance(value, types.ModuleType):
+        name = value.__name__
+        return name if sys.modules.get(name) is value else None
+    return object_paths.object_path(value)
+
+
+class _ObjectAliases(_Patch):
+    """install() binds the `module:qualname` aliases torch's table cannot.
+
+    torch's install() imports every `import_sources` value as a module. An
+    alias of a builtin or class (`alias_target`) is kept out of that table
+    while torch installs, and bound afterwards through the package, so its
+    uninstall() unbinds it with the rest.
+    """
+
+    def _apply(self) -> None:
+        original = vars(CompilePackage)["install"]
+
+        @functools.wraps(original)
+        def install(package: Any, backends: Any) -> None:
+            held = []
+            for entry in package._codes.values():
+                objects = {a: p for a, p in entry.import_sources.items() if ":" in p}
+                if objects:
+                    held.append((entry, entry.import_sources, objects))
+                    entry.import_sources = {a: p for a, p in entry.import_sources.items() if ":" not in p}
+            try:
+                original(package, backends)
+            finally:
+                for entry, sources, _ in held:
+                    entry.import_sources = sources
+            for entry, _, objects in held:
+                module = sys.modules[entry.python_module]
+                for alias, path in objects.items():
+                    value = object_paths.resolve(path)
+                    if value is None:
+                        raise PackageError(f"{alias} names {path}, which is not found here")
+                    package._install_global(module, alias, value)
+
+        self._replace(CompilePackage, "install", install)
+
+
+object_aliases = _ObjectAliases()
+
+
 class _UnnamedFrames(_Patch):
-    """Frames whose code torch's package cannot name compile, unstored.
+    """Frames whose code torch's package cannot name: by their class, or unstored.
 
     Under torch.compile Dynamo compiles every frame it enters, code that no
     module attribute reaches included: a dataclass's generated `__init__`
     (file "<string>"), entered eagerly after a graph break in its caller, as
     transformers' model outputs are. torch's package raises PackageError for
-    such a frame and the user's call fails. While installed, the frame compiles
-    against an entry the package does not hold, so it runs as it would without
-    caching_precompile and nothing of it is saved: a warm start compiles it
-    again. Resume functions it creates stay out of the package with it.
-    `on_unnamed(code, error)` is told once per code object and package.
+    such a frame and the user's call fails. While installed, a generated method
+    a class of its module holds is named through that class
+    (`object_paths.owner_path`) and stored like any frame. Any other such frame
+    compiles against an entry the package does not hold, so it runs as it
+    would without caching_precompile and nothing of it is saved: a warm start
+    compiles it again. Resume functions it creates stay out of the package
+    with it. `on_unnamed(code, error)` is told once per such code and package.
     """
 
     def __init__(self) -> None:
@@ -2154,6 +2263,11 @@ class _UnnamedFrames(_Patch):
                 try:
                     package._add_user_function(code)
                 except PackageError as e:
+                    owner = object_paths.owner_path(code)
+                    if owner is not None:
+                        module_name, path = owner
+                        package._add_function(code, module_name, function_name=path, code_source="__code__")
+                        return code_context(package, code)
                     detached.add(code)
                     if frames.on_unnamed is not None:
                         frames.on_unnamed(code, e)
@@ -2179,6 +2293,58 @@ class _UnnamedFrames(_Patch):
 
 
 unnamed_frames = _UnnamedFrames()
+
+
+class _ComprehensionFunctions(_Patch):
+    """A comprehension's graph-break function is part of the package.
+
+    On Python 3.12 comprehensions run inline, and a graph break inside one
+    makes Dynamo move the comprehension into a generated function
+    (`__comprehension_<fn>_at_<line>`), which it marks to run uncompiled
+    (`skip_code`) and binds in the frame's module. The compiled code calls it,
+    but torch's package is not told of it, unlike a resume function: a fresh
+    process has no such function (the code that calls it by name fails) or,
+    where the code carries it as a constant, does not know to skip it, so
+    Dynamo compiles it there, a frame the package cannot name. While
+    installed, the function is registered as torch registers a resume
+    function, under the name Dynamo bound it to; the package stores it
+    without compiled variants, and install() binds it and skips it again, as
+    the cold process did. Where Dynamo bound the bare code (it calls the
+    function from a constant), it is registered without a name, as torch
+    registers such a resume function. Found by the method, not a version:
+    a torch without it is left alone.
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo import symbolic_convert
+
+        owner: Any = symbolic_convert.InstructionTranslatorBase
+        if "_build_comprehension_fn" not in vars(owner):
+            try:
+                owner = importlib.import_module("torch._dynamo.comprehension_graph_break")
+            except ImportError:
+                return
+            if "_build_comprehension_fn" not in vars(owner):
+                return
+        original = vars(owner)["_build_comprehension_fn"]
+
+        @functools.wraps(original)
+        def build(tx: Any, *args: Any, **kwargs: Any) -> Any:
+            new_code, fn_name = original(tx, *args, **kwargs)
+            package = getattr(tx, "package", None)
+            if package is not None:
+                bound = tx.output.global_scope.get(fn_name)
+                # A function (or, for one with free variables, a factory
+                # torch's install() builds again) is stored under its name;
+                # a bare code object travels in the calling code itself.
+                name = None if isinstance(bound, types.CodeType) else fn_name
+                package.add_resume_function(new_code, tx.f_globals["__name__"], name)
+            return new_code, fn_name
+
+        self._replace(owner, "_build_comprehension_fn", build)
+
+
+comprehension_functions = _ComprehensionFunctions()
 
 
 class _DeviceTypeUnion(_Patch):

@@ -276,6 +276,7 @@ def _patches() -> tuple[tc._Patch, ...]:
         tc.autotune_capture,
         tc.guard_evaluation,
         tc.backend_capture,
+        tc.object_aliases,
         tc.install_hardening,
         tc.unbuildable_guards,
         tc.source_pickling,
@@ -289,6 +290,7 @@ def _patches() -> tuple[tc._Patch, ...]:
         tc.guard_state_dump_errors,
         tc.module_alias_recorder,
         tc.unnamed_frames,
+        tc.comprehension_functions,
         tc.device_type_union,
     )
 
@@ -302,9 +304,9 @@ def uninstall() -> None:
         tc.swap_dynamo_cache(None)
         tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         tc.set_caching_precompile(_active.was_enabled)
-        # Last started, first stopped: two patches of one attribute
-        # (serialize_guards has three; explain's watch, started last, wraps
-        # load_guard_manager over unbuildable_guards) each put back what it found.
+        # Last started, first stopped: where two patches wrap one attribute
+        # (serialize_guards four, CompilePackage.install two) each puts back
+        # what it found.
         explain.end()
         for patch in reversed(_patches()):
             patch.stop()

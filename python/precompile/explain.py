@@ -22,8 +22,9 @@ torch), `source_changed` (a function it traced was edited since),
 names a global nothing binds), `guards_unreadable` (the guard state does not
 unpickle under this torch), `install_failed`, `guard_failed` (the code
 was installed, but its guards rejected the call, so Dynamo compiled), and
-`unstorable` (Dynamo compiled a frame whose code torch's package cannot name,
-such as a dataclass's generated `__init__`: it is compiled in every process).
+`unstorable` (Dynamo compiled a frame whose code no path from a module
+reaches, such as a function `exec` made in a namespace of its own: it is
+compiled in every process).
 """
 
 from __future__ import annotations
