@@ -1081,31 +1081,36 @@ def guard_failures(manager: Any, f_locals: dict[str, Any]) -> list[str]:
 
 
 def changed_sources(dynamo_entry: Any) -> list[str]:
-    """The inlined source ranges of `dynamo_entry` that differ here.
+    """What of `dynamo_entry`'s source differs here: inlined source ranges, and
+    generated codes (`_generated_code_changed`) of codes that install.
 
-    The check `CompilePackage.initialize` makes (and raises on), made first.
+    The check `CompilePackage.initialize` makes (and raises on), made first,
+    and the one torch cannot make for code without a source file. Raises
+    where a module the entry names does not import.
     """
-    import importlib
-
     changed = []
     for src in dynamo_entry.source_info.inlined_sources:
         module = importlib.import_module(src.module)
         if dynamo_package._hash_sourcelines(module, src.firstlineno, src.lastlineno) != src.checksum:
             changed.append(f"{src.module} lines {src.firstlineno}-{src.lastlineno}")
+    for code_entry in dynamo_entry.codes:
+        if not code_entry.bypassed and (why := _generated_code_changed(code_entry)) is not None:
+            changed.append(why)
     return sorted(changed)
 
 
-def generated_code_changed(code_entry: Any) -> str | None:
+def _generated_code_changed(code_entry: Any) -> str | None:
     """Why `code_entry`'s generated code is not the one its path reaches here, or None.
 
     Only a code `exec` generated (file "<string>") is compared: a code from a
-    source file is covered by `changed_sources`. The stored code must be the
-    live one, instruction for instruction, or its compiled variants were
-    traced from another function.
+    source file has its source hashed. The stored code must be the live one,
+    instruction for instruction, or its compiled variants were traced from
+    another function.
     """
     stored = code_entry.python_code
     if not code_entry.code_source or not object_paths.generated(stored.co_filename):
         return None
+    importlib.import_module(code_entry.python_module)
     path = f"{code_entry.python_module}.{code_entry.function_names[0]}"
     try:
         live = dynamo_package._lookup_code(code_entry)
@@ -1202,9 +1207,7 @@ class _UnboundGlobalNames(_Patch):
 
         @functools.wraps(original)
         def install_global(self: Any, prefix: str, value: Any) -> str:
-            name = bt.unique_id(prefix)
-            while name in self.global_scope:
-                name = bt.unique_id(prefix)
+            name = _unbound(lambda: bt.unique_id(prefix), self.global_scope)
             self.install_global_unsafe(name, value)
             return name
 
@@ -1218,16 +1221,21 @@ class _UnboundGlobalNames(_Patch):
 
         @functools.wraps(drawn)
         def unique_id(name: str, with_uuid: bool = False) -> str:
-            fresh = drawn(name, with_uuid)
             # The translator binds what it names in its frame's globals, the
             # scope of the frame being traced.
-            tx = getattr(symbolic_convert.tls, "current_tx", None)
+            tx = getattr(getattr(symbolic_convert, "tls", None), "current_tx", None)
             scope = getattr(getattr(tx, "output", None), "global_scope", None)
-            while isinstance(scope, dict) and fresh in scope:
-                fresh = drawn(name, with_uuid)
-            return fresh
+            return _unbound(lambda: drawn(name, with_uuid), scope)
 
         self._replace(symbolic_convert, "unique_id", unique_id)
+
+
+def _unbound(draw: Callable[[], str], scope: Any) -> str:
+    """A name from `draw()` that `scope` (a dict, or None for no check) does not bind."""
+    name = draw()
+    while isinstance(scope, dict) and name in scope:
+        name = draw()
+    return name
 
 
 unbound_global_names = _UnboundGlobalNames()
@@ -2170,10 +2178,10 @@ class _ObjectAliases(_Patch):
         def install(package: Any, backends: Any) -> None:
             held = []
             for entry in package._codes.values():
-                objects = {a: p for a, p in entry.import_sources.items() if ":" in p}
+                objects = {a: p for a, p in entry.import_sources.items() if object_paths.is_object_path(p)}
                 if objects:
                     held.append((entry, entry.import_sources, objects))
-                    entry.import_sources = {a: p for a, p in entry.import_sources.items() if ":" not in p}
+                    entry.import_sources = {a: p for a, p in entry.import_sources.items() if a not in objects}
             try:
                 original(package, backends)
             finally:

@@ -64,7 +64,7 @@ def _scopes(code_entry: Any) -> Iterator[dict[str, Any]]:
 def _module_name(alias: str, code_entry: Any) -> str | None:
     # Recorded when Dynamo installed it (it may be unbound again by now).
     recorded = tc.module_alias_recorder.names.get(alias)
-    if recorded is not None and (recorded in sys.modules or ":" in recorded):
+    if recorded is not None and (recorded in sys.modules or object_paths.is_object_path(recorded)):
         return recorded
     for scope in _scopes(code_entry):
         if alias in scope:
@@ -100,5 +100,5 @@ def unresolved(code_entry: Any, scope: dict[str, Any]) -> list[str]:
         a
         for a in _aliases(code_entry)
         if (a not in sources and a not in scope)
-        or (a in sources and ":" in sources[a] and object_paths.resolve(sources[a]) is None)
+        or (a in sources and object_paths.is_object_path(sources[a]) and object_paths.resolve(sources[a]) is None)
     )

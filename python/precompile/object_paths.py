@@ -29,7 +29,7 @@ import sys
 import types
 from collections.abc import Iterator
 
-__all__ = ["generated", "object_path", "owner_path", "resolve"]
+__all__ = ["generated", "is_object_path", "object_path", "owner_path", "resolve"]
 
 
 def generated(filename: str) -> bool:
@@ -95,6 +95,11 @@ def object_path(value: object) -> str | None:
         return None
     path = f"{module_name}:{qualname}"
     return path if resolve(path) is value else None
+
+
+def is_object_path(name: str) -> bool:
+    """Whether `name` is an `object_path` rather than a module name (no module name has a colon)."""
+    return ":" in name
 
 
 def resolve(path: str) -> object:

@@ -88,9 +88,6 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
             ) from e
         if code.bypassed:
             continue
-        regenerated = tc.generated_code_changed(code)
-        if regenerated is not None:
-            raise RestoreError("source_changed", f"{name}: {regenerated}")
         unbound = module_aliases.unresolved(code, sys.modules[code.python_module].__dict__)
         if unbound:
             raise RestoreError(
