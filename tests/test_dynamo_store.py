@@ -61,9 +61,11 @@ def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: 
 def _patched_by_install() -> list[tuple[object, str]]:
     """Attributes of torch the store's patches wrap, most of them more than once."""
     import torch._dynamo.convert_frame as convert_frame
+    import torch._dynamo.eval_frame as eval_frame
     from torch._dynamo.guards import CheckFunctionManager, GuardsStatePickler
 
     return [
+        (eval_frame, "_optimize"),
         (dynamo_package.CompilePackage, "install"),
         (dynamo_package, "load_guard_manager"),
         (dynamo_package, "load_guards_state"),

@@ -805,7 +805,9 @@ def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path)
     Guard.create = counting_create  # type: ignore[method-assign]
     try:
         built.append(0)
-        ours = installed(*args, **kwargs)
+        # As inside the install of an entry the store served.
+        with tc.served_entries.installing():
+            ours = installed(*args, **kwargs)
         built.append(0)
         with torch._dynamo.config.patch(caching_precompile=True):
             torchs = tc.unbuildable_guards.original(dynamo_package, "load_guard_manager")(*args, **kwargs)
@@ -1098,3 +1100,85 @@ def test_a_variant_whose_guards_cannot_be_built_refuses_and_the_rest_install(sto
     assert "variant 1: precompile: these stored guards could not be built at install (IndexError" in " ".join(
         miss["guards"]
     ), miss
+
+
+def _plus_length(x: torch.Tensor) -> torch.Tensor:
+    return x + x.shape[0]
+
+
+def test_a_package_installed_by_hand_is_torchs_own(store: Path, tmp_path: Path) -> None:
+    # torch's test_package.py drives CompilePackage itself: save through
+    # DiskDynamoStore, install by hand, then call with a shape the guards
+    # reject. With the store installed that must stay torch's business: no
+    # store warning (pytest turns one into an error), no store counter.
+    from torch._dynamo.package import CompilePackage, DiskDynamoStore
+
+    ctx = DiskDynamoStore()
+    path = str(tmp_path / "by-hand")
+    first, inside, outside = torch.randn(3, 2), torch.randn(5, 2), torch.randn(7, 2)
+    torch._dynamo.mark_dynamic(first, 0, min=3, max=5)
+    package = CompilePackage(_plus_length)
+    torch._dynamo.optimize(backend="eager", package=package)(_plus_length)(first)
+    for backend_id, backend in package.cached_backends.items():
+        ctx.record_eager_backend(backend_id, backend)
+    ctx.save_package(package, path)
+    torch._dynamo.reset()
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    _reset_precompile_entries(_plus_length.__code__)
+    counters.clear()
+
+    with torch.compiler.set_stance("fail_on_recompile"):
+        package, backends = ctx.load_package(_plus_length, path)
+        compiled = torch._dynamo.optimize(package=package)(_plus_length)
+        package.install(backends)
+        torch.testing.assert_close(compiled(inside), _plus_length(inside))
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            compiled(outside)
+    # Outside the stance the rejected call compiles, as in torch alone.
+    torch.testing.assert_close(compiled(outside), _plus_length(outside))
+    _reset_precompile_entries(_plus_length.__code__)
+    assert dict(counters["precompile"]) == {}
+
+
+def test_a_warm_start_defers_full_collections_as_torchs_compile_does(store: Path) -> None:
+    # torch raises CPython's generation-2 threshold while it compiles, since
+    # a full collection rescans a heap that is still growing. A warm start
+    # grows it as much (Inductor's import, unpickled graphs and guards):
+    # backend setup, the store's load and the install run deferred, and the
+    # thresholds are the caller's again once the call returns.
+    import gc
+
+    import torch._dynamo.package as dynamo_package
+
+    from precompile import restore
+
+    _sin_cos, x, expected = _saved_sin_cos()
+    seen: dict[str, int] = {}
+
+    def spying(owner: object, name: str, label: str) -> Callable[..., object]:
+        inner = getattr(owner, name)
+
+        def spy(*args: object, **kwargs: object) -> object:
+            seen[label] = gc.get_threshold()[2]
+            return inner(*args, **kwargs)
+
+        return spy
+
+    compiler_config = torch._TorchCompileInductorWrapper.get_compiler_config
+    before = gc.get_threshold()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(
+            torch._TorchCompileInductorWrapper,
+            "get_compiler_config",
+            spying(torch._TorchCompileInductorWrapper, "get_compiler_config", "backend setup"),
+        )
+        mp.setattr(restore, "check", spying(restore, "check", "load"))
+        mp.setattr(dynamo_package, "load_guard_manager", spying(dynamo_package, "load_guard_manager", "install"))
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_sin_cos)(x), expected)
+    assert torch._TorchCompileInductorWrapper.get_compiler_config is compiler_config
+    assert gc.get_threshold() == before
+    # torch's own setting where it has one (2.15), else the same default.
+    deferred = max(before[2], getattr(torch._dynamo.config, "gc_gen2_threshold_during_compile", 1000))
+    assert seen == {"backend setup": deferred, "load": deferred, "install": deferred}

@@ -67,15 +67,18 @@ __all__ = [
     "TritonKernelArtifacts",
     "_DynamoCacheEntry",
     "backend_capture",
+    "backend_setup_gc",
     "bypassed_copy",
     "caching_precompile",
     "counters",
     "debug_info",
+    "deferred_full_gc",
     "entry_source_location",
     "guard_evaluation",
     "guard_state_handoff",
     "guard_state_reducers",
     "script_function_type_guards",
+    "served_entries",
     "guard_passes",
     "InstallHash",
     "in_process_kernel_loads",
@@ -772,15 +775,70 @@ class InstallFailed(RuntimeError):
     """A loaded entry could not be installed; torch compiles the function."""
 
 
+class _ServedEntries:
+    """The entries the store's `load` handed torch, until torch installs them.
+
+    Only those installs are the store's: a caller may build a
+    `CompilePackage` by hand and install it (torch's own tests do), and that
+    install must behave exactly as torch's, raise what torch raises, and say
+    nothing in the store's warning, counters or `explain`. An entry is known
+    by its `backends` dict, the object Dynamo passes to `install`.
+    """
+
+    # Entries loaded but never installed (a caller of `load` alone) are
+    # dropped beyond this many, oldest first.
+    MAX_HELD = 64
+
+    def __init__(self) -> None:
+        self._held: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._installing = threading.local()
+
+    def hand(self, entry: Any) -> None:
+        """Note that `entry` goes to torch from the store."""
+        with self._lock:
+            while len(self._held) >= self.MAX_HELD:
+                self._held.pop(next(iter(self._held)))
+            self._held[id(entry.backends)] = entry.backends
+
+    def take(self, backends: Any) -> bool:
+        """Whether `backends` is a handed entry's; each is taken once."""
+        with self._lock:
+            held = self._held.pop(id(backends), None)
+        return held is not None and held is backends
+
+    @contextlib.contextmanager
+    def installing(self) -> Any:
+        """Mark this thread as installing a store entry."""
+        outer = getattr(self._installing, "on", False)
+        self._installing.on = True
+        try:
+            yield
+        finally:
+            self._installing.on = outer
+
+    def installing_now(self) -> bool:
+        """Whether this thread is inside the install of a store entry."""
+        return getattr(self._installing, "on", False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._held.clear()
+
+
+served_entries = _ServedEntries()
+
+
 class _InstallHardening(_Patch):
     """Makes installing a loaded entry all-or-nothing.
 
     An entry whose guards cannot be rebuilt here makes
     `CompilePackage.install` raise whatever the guard unpickler raises,
     part-way through, and Dynamo only catches RuntimeError. While installed,
-    a failed install is undone completely (globals, guarded entries, the
-    package's state) and raised as RuntimeError: Dynamo then compiles the
-    function as if nothing was stored.
+    a failed install of an entry the store served is undone completely
+    (globals, guarded entries, the package's state) and raised as
+    RuntimeError: Dynamo then compiles the function as if nothing was
+    stored. Any other install is torch's own (`_ServedEntries`).
     """
 
     def __init__(self) -> None:
@@ -793,8 +851,12 @@ class _InstallHardening(_Patch):
 
         @functools.wraps(original)
         def install(package: Any, backends: Any) -> None:
-            try:
+            if not served_entries.take(backends):
                 original(package, backends)
+                return
+            try:
+                with served_entries.installing(), deferred_full_gc():
+                    original(package, backends)
             except Exception as e:
                 # Told first: undoing resets the package, its function too.
                 if hardening.on_failure is not None:
@@ -803,6 +865,9 @@ class _InstallHardening(_Patch):
                 raise InstallFailed(f"{type(e).__name__}: {e}") from e
 
         self._replace(CompilePackage, "install", install)
+
+    def _stopped(self) -> None:
+        served_entries.clear()
 
 
 install_hardening = _InstallHardening()
@@ -906,6 +971,55 @@ def load_guards_state(guards_state: bytes) -> Any:
 def recompiles_log() -> logging.Logger:
     """torch's `recompiles` artifact logger: `TORCH_LOGS=recompiles` shows it."""
     return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+
+
+def _own_deferred_full_gc() -> Callable[[], contextlib.AbstractContextManager[None]]:
+    """torch's `deferred_full_gc` for a torch without it (2.11): the same
+    reentrant, process-wide raise of CPython's generation-2 threshold, to
+    torch's default of 1000 (none on a free-threaded build, whose collector
+    is not generational)."""
+    import gc
+    import sysconfig
+
+    lock = threading.Lock()
+    state: dict[str, Any] = {"depth": 0, "saved": None}
+    inert = sysconfig.get_config_var("Py_GIL_DISABLED") == 1
+
+    @contextlib.contextmanager
+    def deferred() -> Any:
+        if inert:
+            yield
+            return
+        with lock:
+            if state["depth"] == 0:
+                state["saved"] = gc.get_threshold()
+                gen0, gen1, gen2 = state["saved"]
+                gc.set_threshold(gen0, gen1, max(gen2, 1000))
+            state["depth"] += 1
+        try:
+            yield
+        finally:
+            with lock:
+                state["depth"] -= 1
+                if state["depth"] == 0 and state["saved"] is not None:
+                    gc.set_threshold(*state["saved"])
+                    state["saved"] = None
+
+    return deferred
+
+
+# Loading a stored entry grows the heap as a compile does (unpickled graphs
+# and guard states, the generated code's imports): a full collection then
+# rescans hundreds of thousands of new objects, each time the heap grows by
+# a quarter (two of them, about 0.3 s each, in resnet18's fresh start on a
+# 2-core host). torch defers those during a compile
+# (`config.gc_gen2_threshold_during_compile`); the store's load and install
+# of an entry run under the same deferral, torch's own where it has one, so
+# its setting (None: off) holds. Deferred, not skipped: a full collection
+# follows soon after.
+deferred_full_gc: Callable[[], contextlib.AbstractContextManager[None]] = (
+    getattr(torch._dynamo.utils, "deferred_full_gc", None) or _own_deferred_full_gc()
+)
 
 
 def _config_patches_are_thread_local() -> bool:
@@ -1046,6 +1160,8 @@ class _UnbuildableGuards(_Patch):
             changed = getattr(guards_state, "precompile_changed", None)
             if changed:
                 return refusing(f"were not built: {'; '.join(changed[:3])}")
+            if not served_entries.installing_now():
+                return load_guard_manager(guards_state, target_code, *args, **kwargs)
             try:
                 with _stored_guards_built_once():
                     return load_guard_manager(guards_state, target_code, *args, **kwargs)
@@ -1054,12 +1170,16 @@ class _UnbuildableGuards(_Patch):
                 return refusing(f"could not be built at install ({type(e).__name__}: {e})")
 
         # The one wrapper of torch's function: explain's watch is told of
-        # every manager it returns, refusing ones included, so `explain`
-        # names why a refused variant did not serve.
+        # every manager it returns for a store entry, refusing ones
+        # included, so `explain` names why a refused variant did not serve.
+        # Another install (a package a caller installs by hand) builds as
+        # torch does and raises what torch raises; only stale module or
+        # class data still refuses, since its guards would pass stale code.
         @functools.wraps(load_guard_manager)
         def _load_guard_manager(guards_state: Any, target_code: Any, *args: Any, **kwargs: Any) -> Any:
             manager = build(guards_state, target_code, *args, **kwargs)
-            stored_code_watch.record(target_code, manager)
+            if served_entries.installing_now():
+                stored_code_watch.record(target_code, manager)
             return manager
 
         self._replace(dynamo_package, "load_guard_manager", _load_guard_manager)
@@ -1459,6 +1579,36 @@ class _LazyKernelTemplates(_Patch):
 
 
 lazy_kernel_templates = _LazyKernelTemplates()
+
+
+class _BackendSetupGC(_Patch):
+    """`torch.compile`'s backend setup runs under `deferred_full_gc`.
+
+    Before any cache lookup, `torch._dynamo.optimize` resolves the backend,
+    and Inductor's `get_compiler_config` imports `compile_fx` and with it
+    every lowering: the largest growth of the heap on a warm start, where a
+    full collection lands. With the store's load and install under the same
+    deferral, the imports, lookup and install of a warm start see none on
+    the way to the first call. The window is `_optimize` alone, as torch
+    bounds its own to a compile; what it returns is torch's.
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo import eval_frame
+
+        original = getattr(eval_frame, "_optimize", None)
+        if original is None:
+            return
+
+        @functools.wraps(original)
+        def _optimize(*args: Any, **kwargs: Any) -> Any:
+            with deferred_full_gc():
+                return original(*args, **kwargs)
+
+        self._replace(eval_frame, "_optimize", _optimize)
+
+
+backend_setup_gc = _BackendSetupGC()
 
 
 def _resolves_by_name(value: Any) -> bool:

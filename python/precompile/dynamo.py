@@ -116,6 +116,10 @@ class StoreDynamoCache(tc.DynamoStore):
         A corrupt, missing or incompatible entry is a miss with a warning and
         `counters["dynamo_cache"]["dynamo_cache_error"]`, so torch compiles.
         """
+        with tc.deferred_full_gc():
+            return self._load(fn)
+
+    def _load(self, fn: Callable[..., Any]) -> tc.PrecompileCacheEntry | None:
         key = tc.source_id_from_fn(fn)
         try:
             digest = self.store.get_ref(ref_name(key))
@@ -144,6 +148,7 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:
             return self._load_failed(key, e, fn)
         tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
+        tc.served_entries.hand(entry)
         with contextlib.suppress(Exception):
             # Recency feeds size-capped eviction; a read-only store skips it.
             self.writable.touch_ref(ref_name(key))
@@ -282,6 +287,7 @@ def _patches() -> tuple[tc._Patch, ...]:
         tc.source_pickling,
         tc.unbound_global_names,
         tc.lazy_kernel_templates,
+        tc.backend_setup_gc,
         tc.guard_state_handoff,
         tc.named_class_guards,
         tc.guard_passes,
