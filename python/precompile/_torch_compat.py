@@ -1588,9 +1588,10 @@ class _BackendSetupGC(_Patch):
     and Inductor's `get_compiler_config` imports `compile_fx` and with it
     every lowering: the largest growth of the heap on a warm start, where a
     full collection lands. With the store's load and install under the same
-    deferral, the imports, lookup and install of a warm start see none on
-    the way to the first call. The window is `_optimize` alone, as torch
-    bounds its own to a compile; what it returns is torch's.
+    deferral, no full collection runs inside these three windows; one may
+    still run before them (during `import precompile`'s torch imports) or
+    after. The window is `_optimize` alone, as torch bounds its own to a
+    compile; what it returns is torch's.
     """
 
     def _apply(self) -> None:
