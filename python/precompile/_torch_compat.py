@@ -803,9 +803,9 @@ class _ServedEntries:
 
     def take(self, backends: Any) -> bool:
         """Whether `backends` is a handed entry's; each is taken once."""
+        # Held entries are kept alive here, so an id found is this object's.
         with self._lock:
-            held = self._held.pop(id(backends), None)
-        return held is not None and held is backends
+            return self._held.pop(id(backends), None) is not None
 
     @contextlib.contextmanager
     def installing(self) -> Any:
