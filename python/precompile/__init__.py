@@ -28,10 +28,10 @@ from ._core import (
     open_bundle,
 )
 from .remote import RemoteError
+from .warning import PrecompileWarning
 
 # Names whose modules import torch, loaded on first access.
 _TORCH_NAMES = {
-    "PrecompileWarning": "context",
     "SaveReport": "context",
     "StoreDynamoCache": "dynamo",
     "default_store_path": "paths",

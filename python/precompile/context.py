@@ -20,6 +20,7 @@ from ._core import StoreError
 from ._torch_compat import PrecompileCacheEntry, PrecompileContext, bypassed_copy, counters
 from .entries import SaveMemo, put_entry
 from .protocols import WriteStore
+from .warning import PrecompileWarning
 
 __all__ = [
     "PrecompileWarning",
@@ -28,10 +29,6 @@ __all__ = [
     "save_context",
     "stitch",
 ]
-
-
-class PrecompileWarning(UserWarning):
-    """Something was not stored or not loaded; torch compiles it instead."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _torch_compat as tc
-from .context import PrecompileWarning
+from .warning import PrecompileWarning
 from .miss_log import MissLog
 
 __all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 from ._core import CorruptObjectError, MissingObjectError, Store
 from .remote import Remote, RemoteError
 from .remote_sync import SyncReport, pull_closure, push
+from .warning import PrecompileWarning
 
 __all__ = ["RemoteLayer"]
 
@@ -74,7 +75,6 @@ class RemoteLayer:
         if self._warned:
             return
         self._warned = True
-        from .context import PrecompileWarning
 
         warnings.warn(
             PrecompileWarning(

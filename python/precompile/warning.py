@@ -1,0 +1,13 @@
+"""The warning the torch integration raises, in a module that imports no torch.
+
+Tools that only read a store (the CLI, the remote layer) warn with it too, and
+importing it must not cost a torch import.
+"""
+
+from __future__ import annotations
+
+__all__ = ["PrecompileWarning"]
+
+
+class PrecompileWarning(UserWarning):
+    """Something was not stored or not loaded; torch compiles it instead."""
