@@ -31,7 +31,7 @@ import marshal
 import pickle
 import struct
 import types
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -106,12 +106,16 @@ def _sort_key(item: Any) -> tuple[str, str]:
     return (type(item).__qualname__, repr(item))
 
 
-class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
+# The pure-Python pickler (typeshed does not describe it).
+_PyPickler: Any = pickle._Pickler
+
+
+class _Pickler(_PyPickler):  # type: ignore[misc]
     # The C pickler never consults reducer_override or a dispatch table for
     # exact sets, so the Python pickler is used, with set handlers that
     # write members in a stable order. What it pickles is small: tensors and
     # source text are kept out of the pickle.
-    dispatch = dict(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+    dispatch = dict(_PyPickler.dispatch)
 
     def __init__(self, file: io.BytesIO, parts: list[bytes]) -> None:
         super().__init__(file, protocol=_PROTOCOL)
@@ -188,7 +192,7 @@ class _Pickler(pickle._Pickler):  # type: ignore[name-defined,misc]
         return None
 
 
-def _local_function(code: bytes, module: str, qualname: str, defaults: tuple | None) -> types.FunctionType:
+def _local_function(code: bytes, module: str, qualname: str, defaults: tuple[Any, ...] | None) -> types.FunctionType:
     """Rebuild a closure-free local function pickled by value."""
     compiled = marshal.loads(code)
     if not isinstance(compiled, types.CodeType):
@@ -215,7 +219,7 @@ class _Unpickler(pickle.Unpickler):
         return self._decoded[index]
 
 
-_DECODERS = {
+_DECODERS: dict[str, Callable[[Any], Any]] = {
     "tensor": decode_tensor,
     "str": lambda blob: bytes(blob).decode("utf-8", "surrogatepass"),
     "bytes": bytes,

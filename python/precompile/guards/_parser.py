@@ -68,7 +68,8 @@ def _longest_chain(tree: ast.AST) -> int:
     for top in nodes:
         if id(top) in inner:
             continue
-        length, cur = 0, top
+        length = 0
+        cur: ast.expr = top
         while isinstance(cur, ast.BinOp):
             length += 1
             cur = cur.left
