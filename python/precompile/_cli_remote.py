@@ -24,8 +24,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ._cli_views import ByteProgress, Source, UsageError, human_size
-from .remote import Remote, open_remote
-from .remote_sync import pull, push, remote_gc, remote_usage
+from .remote import Remote, open_remote, pull, push, remote_gc, remote_usage
 
 __all__ = ["add_commands", "cmd_gc_remote", "cmd_stats_remote"]
 

@@ -125,7 +125,7 @@ def open_layered(
     if not opened and remote is None:
         return store
     if remote is not None:
-        from .remote_layer import RemoteLayer
+        from .remote import RemoteLayer
 
         opened.append(RemoteLayer(remote, store))
     layered = LayeredStore(store, opened)
