@@ -169,8 +169,7 @@ def _torch_remote_bytes(port: int) -> int:
 
 def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
     from precompile import Store
-    from precompile.remote import Remote
-    from precompile.remote_sync import local_closure, remote_usage
+    from precompile.remote import Remote, local_closure, remote_usage
 
     url = f"redis://127.0.0.1:{port}/1"
     remote = Remote(url)

@@ -29,9 +29,7 @@ from precompile import (
     Store,
     StoreError,
 )
-from precompile.remote import Remote, RemoteError
-from precompile.remote_layer import RemoteLayer
-from precompile.remote_sync import pull, push, remote_gc, remote_usage
+from precompile.remote import Remote, RemoteError, RemoteLayer, pull, push, remote_gc, remote_usage
 
 # Child processes import the same precompile as this one (the installed
 # package, or a source tree with its extension built).

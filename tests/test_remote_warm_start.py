@@ -18,8 +18,7 @@ from redis_servers import kill_on_command
 from warm_start import counter, run_scenario
 
 from precompile import Store
-from precompile.remote import Remote
-from precompile.remote_sync import push, remote_usage
+from precompile.remote import Remote, push, remote_usage
 
 pytestmark = pytest.mark.torch
 

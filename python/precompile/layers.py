@@ -3,22 +3,95 @@
 A serving host can run from a shipped bundle while still writing what it
 compiles itself to a local store. `LayeredStore` answers reads from the
 writable store first, then from each read-only layer in order; writes go to
-the writable store only.
+the writable store only. Each layer is held as a `ReadOnlyStore`, so that a
+write can never reach one, whatever it is underneath.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._core import MissingObjectError, Store
-from .protocols import BatchRead, ReadStore, WriteStore
+from ._core import Bundle, MissingObjectError, Store
+from .protocols import BatchRead, ReadStore, Signed, WriteStore
+from .remote import Remote, RemoteLayer
 
-__all__ = ["LayeredStore", "open_layer", "open_layered", "writable_of"]
+if TYPE_CHECKING:
+    from ._core import _GcReport, _Stats
+
+__all__ = ["Layer", "LayerSource", "LayeredStore", "ReadOnlyStore", "open_layer", "open_layered", "writable_of"]
+
+# What a read-only layer is once open, and what `open_layer` opens one from:
+# a store directory or bundle file by path, or an open store, bundle or remote layer.
+Layer = Store | Bundle | RemoteLayer
+LayerSource = str | os.PathLike[str] | Layer
 
 
-def open_layer(layer: Any, trusted_keys: Sequence[Any] | None = None) -> Any:
+class ReadOnlyStore:
+    """A layer as a store that only reads: every write raises `TypeError`.
+
+    Reads go to the layer as they are; `get_many` reads in one batch where
+    the layer can (a `Store`), one blob at a time where it cannot (a `Bundle`).
+    """
+
+    def __init__(self, layer: ReadStore) -> None:
+        self.layer = layer
+
+    def __repr__(self) -> str:
+        return f"ReadOnlyStore({self.layer!r})"
+
+    @property
+    def path(self) -> str | os.PathLike[str]:
+        return self.layer.path
+
+    def contains(self, digest: str) -> bool:
+        return self.layer.contains(digest)
+
+    def get(self, digest: str) -> Any:
+        return self.layer.get(digest)
+
+    def get_many(self, digests: list[str]) -> list[Any]:
+        if isinstance(self.layer, BatchRead):
+            return self.layer.get_many(digests)
+        return [self.layer.get(d) for d in digests]
+
+    def get_manifest(self, digest: str) -> tuple[Sequence[str], Any]:
+        return self.layer.get_manifest(digest)
+
+    def get_ref(self, name: str) -> str | None:
+        return self.layer.get_ref(name)
+
+    def refs(self, prefix: str = "") -> list[str]:
+        return self.layer.refs(prefix)
+
+    # -- writes, all refused -------------------------------------------------
+    def _refuse(self) -> NoReturn:
+        raise TypeError(f"{type(self.layer).__name__} is read-only")
+
+    def put(self, data: Any) -> str:
+        self._refuse()
+
+    def put_file(self, path: str) -> str:
+        self._refuse()
+
+    def put_manifest(self, children: list[str], meta: dict[str, Any]) -> str:
+        self._refuse()
+
+    def set_ref(self, name: str, digest: str) -> None:
+        self._refuse()
+
+    def delete_ref(self, name: str) -> bool:
+        self._refuse()
+
+    def touch_ref(self, name: str) -> bool:
+        self._refuse()
+
+
+def open_layer(
+    layer: LayerSource,
+    trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+) -> ReadOnlyStore:
     """A read-only layer from a path (store dir or bundle file) or an open object.
 
     A bundle must be signed by one of `trusted_keys` (default:
@@ -26,34 +99,38 @@ def open_layer(layer: Any, trusted_keys: Sequence[Any] | None = None) -> Any:
     checked here, before anything of it is read. A store directory must be
     the user's own (see `Store`).
     """
+    keys = None if trusted_keys is None else [os.fspath(k) for k in trusted_keys]
     if not isinstance(layer, (str, os.PathLike)):
-        check = getattr(layer, "check_trusted", None)
-        if check is not None:
-            check(trusted_keys)
-        return layer
+        if isinstance(layer, Signed):
+            layer.check_trusted(keys)
+        return ReadOnlyStore(layer)
     path = os.fspath(layer)
     if os.path.isdir(path):
-        return Store(path, create=False)
+        return ReadOnlyStore(Store(path, create=False))
     from .bundle import open_bundle
 
-    return open_bundle(path, trusted_keys=trusted_keys)
+    return ReadOnlyStore(open_bundle(path, trusted_keys=keys))
 
 
 class LayeredStore:
-    """The store API over a writable store and read-only layers."""
+    """The store API over a writable store and read-only layers.
 
-    # The `RemoteLayer` among the layers, which saves also push to.
-    remote: Any = None
+    Reads try the writable store, then each layer in order; writes, ref
+    updates, gc and stats act on the writable store.
+    """
 
-    def __init__(self, writable: Store, layers: Sequence[ReadStore]) -> None:
+    def __init__(self, writable: Store, layers: Sequence[ReadStore], remote: RemoteLayer | None = None) -> None:
         self.writable = writable
         self.layers = tuple(layers)
-        self._all = (writable, *self.layers)
+        # The `RemoteLayer` among the layers, which saves also push to.
+        self.remote = remote
+        self._all: tuple[ReadStore, ...] = (writable, *self.layers)
 
     @property
     def path(self) -> str:
         return str(self.writable.path)
 
+    # -- reads, through every layer -------------------------------------------
     def contains(self, digest: str) -> bool:
         return any(layer.contains(digest) for layer in self._all)
 
@@ -82,7 +159,7 @@ class LayeredStore:
             raise MissingObjectError(f"object {digests[pending[0]]} is in no layer")
         return out
 
-    def get_manifest(self, digest: str) -> Any:
+    def get_manifest(self, digest: str) -> tuple[Sequence[str], Any]:
         for layer in self._all:
             if layer.contains(digest):
                 return layer.get_manifest(digest)
@@ -101,21 +178,41 @@ class LayeredStore:
             names.update(layer.refs(prefix))
         return sorted(names)
 
-    def __getattr__(self, name: str) -> Any:
-        # Writes, refs updates, gc and stats act on the writable store.
-        return getattr(self.writable, name)
+    # -- writes and upkeep, on the writable store -----------------------------
+    def put(self, data: Any) -> str:
+        return self.writable.put(data)
+
+    def put_file(self, path: str) -> str:
+        return self.writable.put_file(path)
+
+    def put_manifest(self, children: list[str], meta: dict[str, Any] | None = None) -> str:
+        return self.writable.put_manifest(children, meta)
+
+    def set_ref(self, name: str, digest: str) -> None:
+        self.writable.set_ref(name, digest)
+
+    def delete_ref(self, name: str) -> bool:
+        return self.writable.delete_ref(name)
+
+    def touch_ref(self, name: str) -> bool:
+        return self.writable.touch_ref(name)
+
+    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> _GcReport:
+        return self.writable.gc(dry_run=dry_run, grace_seconds=grace_seconds)
+
+    def stats(self) -> _Stats:
+        return self.writable.stats()
 
 
 def open_layered(
     path: str,
-    layers: Sequence[Any] = (),
-    remote: Any = None,
+    layers: Sequence[LayerSource] = (),
+    remote: Remote | None = None,
     *,
-    trusted_keys: Sequence[Any] | None = None,
+    trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
     shared: bool = False,
 ) -> Store | LayeredStore:
-    """The store at `path`, layered over `layers` and then `remote` (a
-    `Remote`), if any.
+    """The store at `path`, layered over `layers` and then `remote`, if any.
 
     Every layer is opened (and a bundle's signature checked) before the
     writable store is, so a refused layer leaves nothing behind.
@@ -124,20 +221,17 @@ def open_layered(
     store = Store(path, shared=shared)
     if not opened and remote is None:
         return store
-    if remote is not None:
-        from .remote_layer import RemoteLayer
-
-        opened.append(RemoteLayer(remote, store))
-    layered = LayeredStore(store, opened)
-    if remote is not None:
-        layered.remote = opened[-1]
-    return layered
+    remote_layer = None if remote is None else RemoteLayer(remote, store)
+    if remote_layer is not None:
+        opened.append(ReadOnlyStore(remote_layer))
+    return LayeredStore(store, opened, remote_layer)
 
 
 def writable_of(store: ReadStore) -> WriteStore:
     """Where writes to `store` go: the writable store under a layered one."""
     if isinstance(store, LayeredStore):
         return store.writable
-    if isinstance(store, WriteStore):
+    # A read-only layer has write methods only to refuse them.
+    if isinstance(store, WriteStore) and not isinstance(store, ReadOnlyStore):
         return store
     raise TypeError(f"{type(store).__name__} is read-only")

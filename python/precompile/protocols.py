@@ -1,22 +1,29 @@
 """What precompile needs of a store, as typed interfaces.
 
-`Store` (a writable local store), `Bundle` (a read-only pack) and
-`LayeredStore` (a writable store over read-only layers) all satisfy
-`ReadStore`; `Store` and `LayeredStore` also satisfy `WriteStore`. The
-torch integration is written against these, not against a class.
+`Store` (a writable local store), `Bundle` (a read-only pack),
+`ReadOnlyStore` (any layer with its writes refused) and `LayeredStore` (a
+writable store over read-only layers) all satisfy `ReadStore`; `Store` and
+`LayeredStore` also satisfy `WriteStore`. The torch integration is written
+against these, not against a class.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BatchRead", "ReadStore", "WriteStore"]
+__all__ = ["BatchRead", "ReadStore", "Signed", "WriteStore"]
 
 
 @runtime_checkable
 class ReadStore(Protocol):
     """Reads: verified blobs, manifests and refs."""
+
+    @property
+    def path(self) -> str | os.PathLike[str]:
+        """Where the store lives: a directory, a bundle file or a remote's URL."""
+        ...
 
     def contains(self, digest: str) -> bool: ...
 
@@ -37,6 +44,13 @@ class BatchRead(Protocol):
 
 
 @runtime_checkable
+class Signed(Protocol):
+    """A store whose content is signed (a bundle): it is checked before it is read."""
+
+    def check_trusted(self, trusted_keys: Sequence[str] | None = None) -> None: ...
+
+
+@runtime_checkable
 class WriteStore(ReadStore, Protocol):
     """Reads plus content-addressed writes and ref updates."""
 
@@ -44,10 +58,11 @@ class WriteStore(ReadStore, Protocol):
 
     def put_file(self, path: str) -> str: ...
 
-    def put_manifest(self, children: Sequence[str], meta: Mapping[str, Any]) -> str: ...
+    def put_manifest(self, children: list[str], meta: dict[str, Any]) -> str: ...
 
     def set_ref(self, name: str, digest: str) -> None: ...
 
     def delete_ref(self, name: str) -> bool: ...
 
-    def touch_ref(self, name: str) -> None: ...
+    # Whether the ref exists (and was touched); callers may ignore it.
+    def touch_ref(self, name: str) -> bool: ...

@@ -1,6 +1,6 @@
 """What the command line reads: a store or a bundle file behind one interface,
-plus size/duration parsing and formatting. Kept apart from `cli` so that the
-commands read as what they do.
+plus size/duration parsing and formatting. Kept apart from the commands so
+that they read as what they do.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from ._core import Bundle, MissingObjectError, Store, open_bundle
+from .._core import Bundle, MissingObjectError, Store, open_bundle
+from ..remote.manifest import MANIFEST_MAGIC
 
-MANIFEST_MAGIC = b"precompile-manifest\n"
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

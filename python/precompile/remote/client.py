@@ -1,47 +1,30 @@
-"""A content-addressed remote on Redis: keys, chunking, timeouts and counters.
+"""A content-addressed remote on Redis: the connection, chunking, timeouts and counting.
 
-The remote holds the same objects and refs as a local store, under keys that
-carry a namespace and the layout version (docs/FORMAT.md, remote key layout):
-
-    <ns>:v1:ref:<name>              the digest ref <name> points at
-    <ns>:v1:obj:{<digest>}          the object's bytes, when it fits one value
-    <ns>:v1:chunk:{<digest>}:<i>    chunk i of a larger object
-    <ns>:v1:meta:{<digest>}         hash: t (last push, ms), n (size), c (chunks), m (manifest)
-
-The braces are a Redis Cluster hash tag: an object's keys live in one slot,
-so one script can delete them together. Every value read is hashed before
-use; one that does not hash to its name is counted and never returned.
+Objects and refs live under the keys `keys` names. Every value read is hashed
+before use; one that does not hash to its name is counted and never returned.
 
 This module only talks to the server and raises on faults (`RemoteError`);
-`remote_layer` turns faults into misses for the torch integration, and
-`remote_sync` moves whole entries.
+`layer` turns faults into misses for the torch integration, and `sync` moves
+whole entries.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import json
 import os
-import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, MutableMapping
 from typing import Any
 
-from ._core import CorruptObjectError, MissingObjectError, StoreError, blake3_hex
+from .._core import CorruptObjectError, MissingObjectError, blake3_hex
+from .connection import RemoteError, connect, split_url
+from .counters import COUNTERS
+from .keys import DEFAULT_NAMESPACE, Keys, glob_escape, now_ms
+from .manifest import is_digest
 
-__all__ = [
-    "DEFAULT_CHUNK_SIZE",
-    "LAYOUT_VERSION",
-    "MANIFEST_MAGIC",
-    "Remote",
-    "RemoteError",
-    "manifest_children",
-    "open_remote",
-]
+__all__ = ["DEFAULT_CHUNK_SIZE", "Remote", "RemoteError", "open_remote"]
 
-LAYOUT_VERSION = "v1"
-DEFAULT_NAMESPACE = "precompile"
 # Redis refuses values over 512 MB; smaller chunks also keep one reply from
 # holding a connection (and the server) for long.
 DEFAULT_CHUNK_SIZE = 64 << 20
@@ -50,9 +33,6 @@ DEFAULT_TIMEOUT = 2.0
 # Commands per pipeline round trip, and bytes per upload round trip.
 _BATCH = 512
 _UPLOAD_BYTES = 32 << 20
-MANIFEST_MAGIC = b"precompile-manifest\n"
-_MANIFEST_VERSION = 1
-_HEX = frozenset("0123456789abcdef")
 
 # Deletes an object's keys unless a push touched it at or after the cutoff.
 # Pushers touch before they check existence, so a blob a push is about to
@@ -63,112 +43,6 @@ if t and tonumber(t) >= tonumber(ARGV[1]) then return 0 end
 redis.call('DEL', unpack(KEYS))
 return 1
 """
-
-
-# What `Remote.stats()` reports. hits / misses: entries a read found and
-# brought over, or did not; ref_hits / ref_misses: ref lookups; errors:
-# faults of the server or network; corrupt: values that did not hash to
-# their name (or lost a chunk); missing_objects: objects a ref reached that
-# the remote lacks; blobs/bytes read and written; refs written.
-COUNTERS = (
-    "hits",
-    "misses",
-    "ref_hits",
-    "ref_misses",
-    "errors",
-    "corrupt",
-    "missing_objects",
-    "blobs_read",
-    "bytes_read",
-    "blobs_written",
-    "bytes_written",
-    "refs_written",
-)
-
-
-class RemoteError(StoreError):
-    """The remote could not be reached, timed out, or answered nonsense."""
-
-
-def _is_digest(text: str) -> bool:
-    return len(text) == 64 and set(text) <= _HEX
-
-
-def manifest_children(data: bytes | memoryview) -> list[str] | None:
-    """The children of a manifest's bytes, or None when they are not a manifest.
-
-    Refuses (FormatError-like `ValueError`) a manifest version it does not know.
-    """
-    view = memoryview(data)
-    if bytes(view[: len(MANIFEST_MAGIC)]) != MANIFEST_MAGIC:
-        return None
-    doc = json.loads(bytes(view[len(MANIFEST_MAGIC) :]))
-    if doc.get("version") != _MANIFEST_VERSION:
-        raise ValueError(f"manifest version {doc.get('version')!r} is not supported")
-    children = doc["children"]
-    if not all(isinstance(c, str) and _is_digest(c) for c in children):
-        raise ValueError("manifest names a child that is not a digest")
-    return list(children)
-
-
-class Keys:
-    """Key names under one namespace and layout version."""
-
-    def __init__(self, namespace: str) -> None:
-        self.base = f"{namespace}:{LAYOUT_VERSION}:"
-
-    def ref(self, name: str) -> str:
-        return f"{self.base}ref:{name}"
-
-    def obj(self, digest: str) -> str:
-        return f"{self.base}obj:{{{digest}}}"
-
-    def chunk(self, digest: str, i: int) -> str:
-        return f"{self.base}chunk:{{{digest}}}:{i}"
-
-    def meta(self, digest: str) -> str:
-        return f"{self.base}meta:{{{digest}}}"
-
-    def ref_name(self, key: bytes | str) -> str:
-        k = key.decode() if isinstance(key, bytes) else key
-        return k[len(self.base) + len("ref:") :]
-
-    def meta_digest(self, key: bytes | str) -> str:
-        k = key.decode() if isinstance(key, bytes) else key
-        return k[len(self.base) + len("meta:{") : -1]
-
-
-def _split_url(url: str) -> tuple[str, dict[str, str]]:
-    """The URL for redis-py, and precompile's own query options taken out of it."""
-    parts = urllib.parse.urlsplit(url)
-    ours = {"namespace", "chunk_size", "timeout", "connect_timeout"}
-    query = urllib.parse.parse_qsl(parts.query)
-    options = {k: v for k, v in query if k in ours}
-    rest = urllib.parse.urlencode([(k, v) for k, v in query if k not in ours])
-    return urllib.parse.urlunsplit(parts._replace(query=rest)), options
-
-
-def _client(url: str, connect_timeout: float, timeout: float) -> Any:
-    try:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
-    except ImportError as e:
-        raise RemoteError("a remote needs the redis package: pip install 'precompile[remote]'") from e
-    scheme = urllib.parse.urlsplit(url).scheme
-    # One attempt per command: a retry would multiply the timeout a stalled
-    # server costs, and the caller treats any fault as a miss anyway.
-    common = {
-        "socket_connect_timeout": connect_timeout,
-        "socket_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),
-    }
-    if scheme in ("redis+cluster", "rediss+cluster"):
-        from redis.cluster import RedisCluster
-
-        plain = scheme.replace("+cluster", "") + url[len(scheme) :]
-        return RedisCluster.from_url(plain, **common)
-    return redis.Redis.from_url(url, **common)
 
 
 class Remote:
@@ -192,7 +66,7 @@ class Remote:
         timeout: float = DEFAULT_TIMEOUT,
         counters: MutableMapping[str, int] | None = None,
     ) -> None:
-        redis_url, options = _split_url(url)
+        redis_url, options = split_url(url)
         namespace = options.get("namespace", namespace)
         chunk_size = int(options.get("chunk_size", chunk_size))
         connect_timeout = float(options.get("connect_timeout", connect_timeout))
@@ -210,7 +84,7 @@ class Remote:
         # Connecting waits for the first command (a cluster client would
         # otherwise reach the cluster in the constructor), so a remote that
         # is down costs a miss there and never fails the caller's setup.
-        self._connect = lambda: _client(redis_url, connect_timeout, timeout)
+        self._connect = lambda: connect(redis_url, connect_timeout, timeout)
         self._conn: Any = None
         self._delete_if_old: Any = None
 
@@ -263,7 +137,7 @@ class Remote:
             self.counters["ref_misses"] += 1
             return None
         digest = value.decode(errors="replace")
-        if not _is_digest(digest):
+        if not is_digest(digest):
             self.counters["corrupt"] += 1
             raise CorruptObjectError(f"remote ref {name!r} holds {value[:80]!r}, not a digest")
         self.counters["ref_hits"] += 1
@@ -278,7 +152,7 @@ class Remote:
         return bool(self._run(lambda: self._client.delete(self.keys.ref(name))))
 
     def refs(self, prefix: str = "") -> list[str]:
-        pattern = self.keys.ref(_glob_escape(prefix)) + "*"
+        pattern = self.keys.ref(glob_escape(prefix)) + "*"
         names = self._run(lambda: [self.keys.ref_name(k) for k in self._client.scan_iter(match=pattern, count=1000)])
         return sorted(set(names))
 
@@ -287,7 +161,7 @@ class Remote:
         out: dict[str, str | None] = {}
         for name, value in zip(names, values):
             text = None if value is None else value.decode(errors="replace")
-            out[name] = text if text is not None and _is_digest(text) else None
+            out[name] = text if text is not None and is_digest(text) else None
         return out
 
     # -- objects -------------------------------------------------------------
@@ -394,7 +268,7 @@ class Remote:
         values = self._pipeline(("hmget", (self.keys.meta(d), ["t", "n", "c", "m"])) for d in digests)
         out = {}
         for d, fields in zip(digests, values):
-            if _is_digest(d):
+            if is_digest(d):
                 out[d] = {k: int(v) for k, v in zip("tncm", fields) if v is not None}
         return out
 
@@ -415,42 +289,6 @@ class Remote:
             return
         with contextlib.suppress(OSError):
             self._conn.close()
-
-
-class LiveCounters(MutableMapping[str, int]):
-    """Counters kept in a mapping looked up afresh on every use.
-
-    torch's `counters` is a defaultdict that its own code may clear; looking
-    `counters["precompile_remote"]` up each time keeps the figures where
-    torch's tools read them.
-    """
-
-    def __init__(self, lookup: Callable[[], MutableMapping[str, int]]) -> None:
-        self._lookup = lookup
-
-    def __getitem__(self, name: str) -> int:
-        return self._lookup().get(name, 0)
-
-    def __setitem__(self, name: str, value: int) -> None:
-        self._lookup()[name] = value
-
-    def __delitem__(self, name: str) -> None:
-        del self._lookup()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._lookup()))
-
-    def __len__(self) -> int:
-        return len(self._lookup())
-
-
-def now_ms() -> int:
-    """Push times are kept in milliseconds since the epoch."""
-    return int(time.time() * 1000)
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def open_remote(url: str | Remote | None = None, **options: Any) -> Remote | None:

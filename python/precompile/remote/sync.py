@@ -16,9 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._core import MissingObjectError, Store, StoreError
-from .paths import shared_refs
-from .remote import MANIFEST_MAGIC, Remote, manifest_children
+from .._core import MissingObjectError, Store, StoreError
+from ..paths import shared_refs
+from .client import Remote
+from .manifest import MANIFEST_MAGIC, manifest_children
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
 

@@ -23,10 +23,11 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from ._core import CorruptObjectError, MissingObjectError, Store
-from .remote import Remote, RemoteError
-from .remote_sync import SyncReport, pull_closure, push
-from .warning import PrecompileWarning
+from .._core import CorruptObjectError, MissingObjectError, Store
+from ..warning import PrecompileWarning
+from .client import Remote
+from .connection import RemoteError
+from .sync import SyncReport, pull_closure, push
 
 __all__ = ["RemoteLayer"]
 

@@ -13,7 +13,6 @@ asked to move data and could not.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
@@ -23,15 +22,11 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ._cli_views import ByteProgress, Source, UsageError, human_size
-from .remote import Remote, open_remote
-from .remote_sync import pull, push, remote_gc, remote_usage
+from ..remote import Remote, open_remote, pull, push, remote_gc, remote_usage
+from .console import emit_json
+from .views import ByteProgress, Source, UsageError, human_size
 
 __all__ = ["add_commands", "cmd_gc_remote", "cmd_stats_remote"]
-
-
-def _emit_json(doc: Any) -> None:
-    print(json.dumps(doc, indent=2, sort_keys=True))
 
 
 def _open(url: str) -> Remote:
@@ -51,7 +46,7 @@ class CountProgress(ByteProgress):
 def _report(args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]) -> int:
     doc["remote"] = args.remote
     if args.json:
-        _emit_json(doc)
+        emit_json(doc)
     else:
         out.print(
             f"{verb} {doc['refs']} refs: {doc['objects']} objects ({human_size(doc['bytes'])}) "
@@ -99,7 +94,7 @@ def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
         "dedup_ratio": u["dedup_ratio"],
     }
     if args.json:
-        _emit_json(doc)
+        emit_json(doc)
         return 0 if not u["missing"] else 1
     table = Table(title=escape(args.remote), show_header=False, box=None)
     table.add_row("entries", str(doc["entries"]))
@@ -122,7 +117,7 @@ def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
     doc = remote_gc(remote, grace_seconds=args.grace, dry_run=args.dry_run)
     doc["remote"] = args.remote
     if args.json:
-        _emit_json(doc)
+        emit_json(doc)
         return 0
     verb = "would free" if args.dry_run else "freed"
     out.print(

@@ -1,0 +1,118 @@
+"""The commands that check, trim and move a store: verify, gc, export, import and keygen."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+from rich.markup import escape
+
+from .. import paths
+from .._core import keygen
+from .console import emit_json, err, out
+from .views import ByteProgress, Source, UsageError, human_size
+
+__all__ = ["cmd_export", "cmd_gc", "cmd_import", "cmd_keygen", "cmd_verify"]
+
+
+def cmd_verify(args: argparse.Namespace, src: Source) -> int:
+    doc: dict[str, Any]
+    with ByteProgress(err, "verifying") as bar:
+        if src.store is not None:
+            r = src.store.verify(progress=bar)
+            doc = dict(r)
+        else:
+            assert src.bundle is not None
+            b = src.bundle.verify(progress=bar)
+            doc = {
+                "ok": b["ok"],
+                "objects": b["blobs"],
+                "bytes": b["bytes"],
+                "corrupt": b["corrupt"],
+                "missing": [],
+                "signer": src.bundle.signer,
+            }
+    if args.json:
+        emit_json(doc)
+    elif doc["ok"]:
+        out.print(f"[green]ok[/]: {doc['objects']} objects, {human_size(doc['bytes'])} verified")
+        if src.bundle is not None:
+            out.print(f"signed by {doc['signer']}" if doc["signer"] else "not signed", soft_wrap=True)
+    else:
+        for d in doc["corrupt"]:
+            out.print(f"[red]corrupt[/] {d}")
+        for d in doc["missing"]:
+            out.print(f"[red]missing[/] {d}")
+        for d in doc.get("unknown", []):
+            out.print(f"[red]unknown manifest version[/] {d}")
+        out.print(f"{len(doc['corrupt'])} corrupt, {len(doc['missing'])} missing of {doc['objects']} objects")
+    return 0 if doc["ok"] else 1
+
+
+def cmd_gc(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("gc")
+    status = err.status("collecting garbage") if err.is_terminal else contextlib.nullcontext()
+    doc: dict[str, Any]
+    with status:
+        if args.max_size is not None:
+            doc = dict(store.evict(args.max_size, dry_run=args.dry_run, grace_seconds=args.grace))
+        else:
+            doc = dict(store.gc(dry_run=args.dry_run, grace_seconds=args.grace))
+    if args.json:
+        emit_json(doc)
+        return 0
+    verb = "would free" if args.dry_run else "freed"
+    if args.max_size is not None:
+        evicted = doc["refs_evicted"]
+        out.print(f"{'would evict' if args.dry_run else 'evicted'} {len(evicted)} least recently used refs")
+        for name in evicted:
+            out.print(f"  {escape(name)}")
+    out.print(f"{verb} {doc['objects_freed']} objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}")
+    if args.max_size is not None:
+        out.print(f"store: {human_size(doc['bytes_before'])} -> {human_size(doc['bytes_after'])}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("export")
+    for name in args.refs:
+        if store.get_ref(name) is None:
+            raise UsageError(f"no ref named {name!r}")
+    with ByteProgress(err, "exporting") as bar:
+        names = args.refs or paths.shared_refs(store.refs())
+        doc: dict[str, Any] = dict(store.export_bundle(names, args.out, progress=bar, sign_with=args.sign))
+    doc["path"] = args.out
+    doc["signed"] = args.sign is not None
+    if args.json:
+        emit_json(doc)
+    else:
+        signed = ", signed" if args.sign else ""
+        out.print(
+            f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}"
+        )
+    return 0
+
+
+def cmd_import(args: argparse.Namespace, src: Source) -> int:
+    store = src.need_store("import")
+    with ByteProgress(err, "importing") as bar:
+        doc = store.import_bundle(args.bundle, progress=bar, trusted_keys=args.trusted_key)
+    if args.json:
+        emit_json(doc)
+    else:
+        out.print(
+            f"imported {doc['refs']} refs ({doc['refs_changed']} new or changed): "
+            f"{doc['objects_new']} new objects ({human_size(doc['bytes_new'])}), "
+            f"{doc['objects_present']} already present"
+        )
+    return 0
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    public = keygen(args.keyfile)
+    if args.json:
+        emit_json({"keyfile": args.keyfile, "public_key": public})
+    else:
+        print(public)
+    return 0
