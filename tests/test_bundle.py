@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
-from synthetic import blob_bytes, load_entry, make_entries
+from support.synthetic import blob_bytes, load_entry, make_entries
 
 from precompile import (
     Bundle,

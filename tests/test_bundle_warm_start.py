@@ -10,35 +10,25 @@ another key, or changed after signing, is refused before anything of it runs.
 
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from blake3 import blake3
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.processes import run_precompile
+from support.warm_start import run_scenario
 
-import precompile
 from precompile import Store, open_bundle
 
 pytestmark = pytest.mark.torch
 
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(precompile.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
-    ),
-}
-
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "precompile", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300
-    )
+    proc = run_precompile(*args, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc
 

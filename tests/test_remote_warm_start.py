@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import torch
-from redis_servers import kill_on_command
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.redis_servers import kill_on_command
+from support.warm_start import run_scenario
 
 from precompile import Store
 from precompile.remote import Remote

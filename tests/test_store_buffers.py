@@ -57,11 +57,6 @@ def mapping_of(address: int) -> str:
     raise AssertionError(f"{address:#x} is not mapped")
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
-
-
 def test_memoryview_of_blob_is_the_file_mapping(store: Store) -> None:
     data = os.urandom(3 << 20)
     digest = store.put(data)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.warm_start import run_scenario
 
 import precompile
 

@@ -1,18 +1,20 @@
-"""Helpers for two-process warm-start tests: fresh caches and a compiler spy."""
+"""Helpers for two-process warm-start tests: the scenario program run with fresh caches, and a compiler spy."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
-SCENARIO = Path(__file__).parent / "programs" / "scenario.py"
+SCENARIO = Path(__file__).resolve().parents[1] / "programs" / "scenario.py"
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
 
@@ -96,5 +98,11 @@ def run_scenario(
     return result
 
 
-def counter(result: dict[str, Any], group: str, name: str) -> int:
-    return int(result["counters"].get(group, {}).get(name, 0))
+def load_scenario(module_name: str) -> ModuleType:
+    """The scenario program imported in this process as `module_name` (its
+    models and scenarios, without running it)."""
+    spec = importlib.util.spec_from_file_location(module_name, SCENARIO)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
