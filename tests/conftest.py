@@ -6,6 +6,7 @@ Helpers that are not fixtures live in `support/`.
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,6 +24,16 @@ def store(tmp_path: Path) -> Store:
     from precompile import Store
 
     return Store(tmp_path / "store")
+
+
+@pytest.fixture
+def world_dir() -> Iterator[Path]:
+    """A directory other uids can reach (pytest's tmp_path is root-only)."""
+    base = Path(tempfile.mkdtemp(prefix="precompile-world-"))
+    base.chmod(0o755)
+    yield base
+    # A test may leave a mount or another user's files behind in it.
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from typing import Any
 
 import torch
 
+from support.counters import counter
+
 SCENARIO = Path(__file__).resolve().parents[1] / "programs" / "scenario.py"
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
@@ -96,6 +98,23 @@ def run_scenario(
     result["compiler_runs"] = compiler_runs(log)
     result["stderr"] = proc.stderr
     return result
+
+
+def assert_same_outputs(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    """The two sides computed the same outputs, bit for bit."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def assert_compiled_nothing(b: dict[str, Any]) -> None:
+    """The loading side served from the store: a hit, no cache error, no graph
+    compiled and no compiler run."""
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1, b["counters"]
+    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 0, b["stderr"][-3000:]
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
+    assert b["compiler_runs"] == [], b["compiler_runs"]
 
 
 def load_scenario(module_name: str) -> ModuleType:
