@@ -1,6 +1,6 @@
 """The Redis remote at the store level, against real redis-servers.
 
-Entries are synthetic (see `synthetic.py`): push and pull, chunking, dedup,
+Entries are synthetic (see `support/synthetic.py`): push and pull, chunking, dedup,
 damaged values, a remote that is down, killed or stopped, eight concurrent
 pushers, gc under a grace period, and a 3-node cluster.
 """

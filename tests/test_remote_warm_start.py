@@ -1,7 +1,7 @@
 """Hosts sharing one Redis remote, each a separate process with its own store.
 
 Every host is a fresh process with its own local store, its own Inductor and
-Triton cache dirs and a compiler spy on PATH (see `warm_start.py`); only
+Triton cache dirs and a compiler spy on PATH (see `support/warm_start.py`); only
 `PRECOMPILE_REMOTE` is shared. The remote is also killed in the middle of a
 save and of a load, and has a damaged value: the hosts warn (or count),
 compile what they cannot load, and give the same outputs.
