@@ -14,7 +14,7 @@ import os
 import sys
 import time
 
-from synthetic import load_entry
+from support.synthetic import load_entry
 
 from precompile import Bundle, Store, open_bundle
 from precompile.bundle import load_all

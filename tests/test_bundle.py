@@ -3,7 +3,6 @@ and malformed files."""
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import struct
 from collections.abc import Callable
@@ -11,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
-from synthetic import blob_bytes, load_entry, make_entries
+from support.buffers import buffer_address, mapped_file
+from support.synthetic import blob_bytes, load_entry, make_entries
 
 from precompile import (
     Bundle,
@@ -91,42 +91,6 @@ def test_export_of_named_refs_holds_just_their_closure(tmp_path: Path) -> None:
     assert not (tmp_path / "x.bundle").exists()
 
 
-class _PyBuffer(ctypes.Structure):
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("rest", ctypes.c_byte * 64),
-    ]
-
-
-# Private prototypes: setting argtypes on ctypes.pythonapi's shared function
-# objects would change them for every other test module too.
-_get_buffer = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p, ctypes.c_int)(
-    ("PyObject_GetBuffer", ctypes.pythonapi)
-)
-_release_buffer = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)(("PyBuffer_Release", ctypes.pythonapi))
-
-
-def _buffer_address(obj: object) -> int:
-    """The address a buffer export of `obj` points at."""
-    view = _PyBuffer()
-    assert _get_buffer(obj, ctypes.addressof(view), 0) == 0
-    try:
-        return int(view.buf)
-    finally:
-        _release_buffer(ctypes.addressof(view))
-
-
-def _mapped_file(address: int) -> str:
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        parts = line.split(maxsplit=5)
-        start, end = (int(x, 16) for x in parts[0].split("-"))
-        if start <= address < end:
-            return parts[5] if len(parts) == 6 else ""
-    raise AssertionError(f"{address:#x} is not mapped")
-
-
 def test_get_is_zero_copy_from_the_mapping(tmp_path: Path) -> None:
     store = Store(tmp_path / "s")
     big = blob_bytes("big", 3 << 20)
@@ -139,10 +103,10 @@ def test_get_is_zero_copy_from_the_mapping(tmp_path: Path) -> None:
     blob = bundle.get(digest)
     view = memoryview(blob)
     assert view.readonly and view.obj is blob and len(blob) == len(big) and blob.digest == digest
-    address = _buffer_address(blob)
-    assert _mapped_file(address) == str(path)
+    address = buffer_address(blob)
+    assert mapped_file(address) == str(path)
     assert address % 4096 == 0  # large blobs are page-aligned in the file
-    assert _buffer_address(bundle.get(digest)) == address  # a second get maps the same bytes
+    assert buffer_address(bundle.get(digest)) == address  # a second get maps the same bytes
     assert view == big
     with pytest.raises(TypeError):
         view[0] = 1  # type: ignore[index]

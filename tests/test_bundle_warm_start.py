@@ -10,35 +10,23 @@ another key, or changed after signing, is refused before anything of it runs.
 
 from __future__ import annotations
 
-import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from blake3 import blake3
-from warm_start import counter, run_scenario
+from support.processes import run_precompile
+from support.warm_start import assert_compiled_nothing, assert_same_outputs, run_scenario
 
-import precompile
 from precompile import Store, open_bundle
 
 pytestmark = pytest.mark.torch
 
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(precompile.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")) if p
-    ),
-}
-
 
 def cli(*args: object) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "precompile", *map(str, args)], capture_output=True, text=True, env=ENV, timeout=300
-    )
+    proc = run_precompile(*args, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -55,14 +43,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any
 
 
 def check_served(a: dict[str, Any], b: dict[str, Any], serving_store: Path) -> None:
-    assert len(a["outputs"]) == len(b["outputs"])
-    for x, y in zip(a["outputs"], b["outputs"]):
-        torch.testing.assert_close(x, y, rtol=0, atol=0)
-    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1, b["counters"]
-    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 0, b["stderr"][-3000:]
-    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
-    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
-    assert b["compiler_runs"] == [], b["compiler_runs"]
+    assert_same_outputs(a["outputs"], b["outputs"])
+    assert_compiled_nothing(b)
     # The serving store wrote no entries of its own: they were all read from the bundle.
     assert Store(serving_store).refs("dynamo/") == []
 

@@ -3,51 +3,36 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from synthetic import blob_bytes, load_entry, make_entries
+from support.processes import run_precompile
+from support.synthetic import blob_bytes, load_entry, make_entries
 
 import precompile
 from precompile import Store
 
-PACKAGE_ROOT = str(Path(precompile.__file__).resolve().parents[1])
-
-
-def cli(*args: object, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    full_env = {**os.environ, **(env or {})}
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, full_env.get("PYTHONPATH")) if p)
-    return subprocess.run(
-        [sys.executable, "-m", "precompile", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=120,
-    )
-
 
 def cli_json(*args: object) -> Any:
-    proc = cli(*args, "--json")
+    proc = run_precompile(*args, "--json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+def filled_store(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A store of three synthetic entries, and their refs."""
     root = tmp_path / "store"
     refs = make_entries(Store(root), 3)
     return root, refs
 
 
-def test_export_import_round_trip(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    root, refs = store
+def test_export_import_round_trip(filled_store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, refs = filled_store
     bundle = tmp_path / "ship.bundle"
-    exported = cli("--store", root, "export", bundle)
+    exported = run_precompile("--store", root, "export", bundle)
     assert exported.returncode == 0, exported.stderr
     # The console wraps long lines: compare words.
     assert "3 refs" in " ".join(exported.stdout.split()) and bundle.is_file()
@@ -67,13 +52,13 @@ def test_export_import_round_trip(store: tuple[Path, dict[str, str]], tmp_path: 
 
     # Only the named refs, and the read commands work on the bundle file itself.
     one = tmp_path / "one.bundle"
-    assert cli("--store", root, "export", one, "dynamo/e1").returncode == 0
+    assert run_precompile("--store", root, "export", one, "dynamo/e1").returncode == 0
     assert [r["name"] for r in cli_json("--store", one, "ls")] == ["dynamo/e1"]
     assert cli_json("--store", one, "verify")["ok"]
 
 
-def test_every_read_command_prints_json(store: tuple[Path, dict[str, str]]) -> None:
-    root, refs = store
+def test_every_read_command_prints_json(filled_store: tuple[Path, dict[str, str]]) -> None:
+    root, refs = filled_store
     ls = cli_json("--store", root, "ls", "dynamo/e")
     assert {r["name"]: r["digest"] for r in ls} == refs
     assert all(r["bytes"] >= r["unique_bytes"] > 0 for r in ls)
@@ -101,22 +86,22 @@ def test_every_read_command_prints_json(store: tuple[Path, dict[str, str]]) -> N
     assert dry["dry_run"] and len(dry["refs_evicted"]) == 3
     assert Store(root).refs() == sorted(refs)  # a dry run changes nothing
 
-    text = cli("--store", root, "show", "dynamo/e0")
+    text = run_precompile("--store", root, "show", "dynamo/e0")
     assert text.returncode == 0 and "manifest" in text.stdout and "kind=entry" in text.stdout
 
 
-def test_exit_codes(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    root, _ = store
-    assert cli("--store", root, "stats").returncode == 0
-    assert cli("--store", root, "frobnicate").returncode == 2
-    assert cli("--store", root).returncode == 2
-    assert cli("--store", root, "gc", "--max-size", "10X").returncode == 2
+def test_exit_codes(filled_store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, _ = filled_store
+    assert run_precompile("--store", root, "stats").returncode == 0
+    assert run_precompile("--store", root, "frobnicate").returncode == 2
+    assert run_precompile("--store", root).returncode == 2
+    assert run_precompile("--store", root, "gc", "--max-size", "10X").returncode == 2
     for args in (
         ("--store", tmp_path / "absent", "ls"),
         ("--store", root, "show", "dynamo/nope"),
         ("--store", root, "export", tmp_path / "x.bundle", "dynamo/nope"),
     ):
-        proc = cli(*args)
+        proc = run_precompile(*args)
         assert proc.returncode == 2, proc
         assert proc.stderr.startswith("precompile: error:") and "Traceback" not in proc.stderr
 
@@ -125,13 +110,13 @@ def test_exit_codes(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
     victim = Path(opened.object_path(opened.put(blob_bytes("victim", 5000))))
     victim.chmod(0o644)
     victim.write_bytes(b"tampered")
-    proc = cli("--store", root, "verify")
+    proc = run_precompile("--store", root, "verify")
     assert proc.returncode == 1 and "corrupt" in proc.stdout
-    assert cli("--store", root, "verify", "--json").returncode == 1
+    assert run_precompile("--store", root, "verify", "--json").returncode == 1
 
     bad = tmp_path / "not-a.bundle"
     bad.write_bytes(b"PCBUNDLE" + bytes(200))
-    proc = cli("--store", tmp_path / "fresh", "import", bad)
+    proc = run_precompile("--store", tmp_path / "fresh", "import", bad)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "error" in proc.stderr
 
 
@@ -146,7 +131,7 @@ def test_gc_max_size_keeps_the_most_recently_used_refs(tmp_path: Path) -> None:
         time.sleep(0.02)
         assert store.touch_ref(name)
 
-    proc = cli("--store", root, "gc", "--max-size", "250K", "--grace", "0")
+    proc = run_precompile("--store", root, "gc", "--max-size", "250K", "--grace", "0")
     assert proc.returncode == 0, proc.stderr
     assert Store(root).refs() == ["dynamo/e1", "dynamo/e3"]
     assert Store(root).stats()["bytes"] <= 250 * 1024
@@ -175,7 +160,7 @@ def test_show_prints_each_node_once_however_shared_or_deep(tmp_path: Path) -> No
     diamond = cli_json("--store", tmp_path / "store", "show", "dynamo/diamond")
     assert diamond["objects"] == len(diamond["nodes"]) == 2 * 22 + 2
     assert len({n["digest"] for n in diamond["nodes"]}) == diamond["objects"]
-    text = cli("--store", tmp_path / "store", "show", "dynamo/diamond")
+    text = run_precompile("--store", tmp_path / "store", "show", "dynamo/diamond")
     assert text.returncode == 0, text.stderr
     expanded = [line for line in text.stdout.splitlines()[1:] if "shown above" not in line]
     assert len(expanded) == diamond["objects"]  # each node expanded exactly once
@@ -183,36 +168,36 @@ def test_show_prints_each_node_once_however_shared_or_deep(tmp_path: Path) -> No
 
     chain = cli_json("--store", tmp_path / "store", "show", "dynamo/chain")
     assert chain["objects"] == 3001 and chain["nodes"][-1]["digest"] == leaf
-    text = cli("--store", tmp_path / "store", "show", "dynamo/chain")
+    text = run_precompile("--store", tmp_path / "store", "show", "dynamo/chain")
     assert text.returncode == 0 and "RecursionError" not in text.stderr, text.stderr[-2000:]
     lines = text.stdout.splitlines()
     assert len(lines) == 3002 and "3000> blob" in lines[-1]  # deep lines say their depth
     assert max(map(len, lines)) < 200
 
 
-def test_keygen_and_signed_export(store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
-    root, refs = store
+def test_keygen_and_signed_export(filled_store: tuple[Path, dict[str, str]], tmp_path: Path) -> None:
+    root, refs = filled_store
     key = tmp_path / "release.key"
-    made = cli("keygen", key)
+    made = run_precompile("keygen", key)
     assert made.returncode == 0, made.stderr
     public = made.stdout.strip()
     assert public.startswith("ed25519:") and len(public.splitlines()) == 1
     assert key.stat().st_mode & 0o777 == 0o600
-    again = cli("keygen", key)
+    again = run_precompile("keygen", key)
     assert again.returncode == 1 and "exists" in again.stderr and "Traceback" not in again.stderr
 
     bundle = tmp_path / "signed.bundle"
-    exported = cli("--store", root, "export", bundle, "--sign", key)
+    exported = run_precompile("--store", root, "export", bundle, "--sign", key)
     assert exported.returncode == 0 and "signed" in exported.stdout, exported.stderr
     assert precompile.open_bundle(bundle, trusted_keys=[public]).refs() == sorted(refs)
     verified = cli_json("--store", bundle, "verify")
     assert verified["ok"] and verified["signer"] == public
 
     # Import honours --trusted-key and $PRECOMPILE_TRUSTED_KEYS.
-    other = cli("keygen", tmp_path / "other.key").stdout.strip()
-    refused = cli("--store", tmp_path / "a", "import", bundle, "--trusted-key", other)
+    other = run_precompile("keygen", tmp_path / "other.key").stdout.strip()
+    refused = run_precompile("--store", tmp_path / "a", "import", bundle, "--trusted-key", other)
     assert refused.returncode == 1 and "not a trusted key" in refused.stderr
-    refused = cli("--store", tmp_path / "b", "import", bundle, env={"PRECOMPILE_TRUSTED_KEYS": other})
+    refused = run_precompile("--store", tmp_path / "b", "import", bundle, env={"PRECOMPILE_TRUSTED_KEYS": other})
     assert refused.returncode == 1 and "not a trusted key" in refused.stderr
     assert cli_json("--store", tmp_path / "c", "import", bundle, "--trusted-key", public)["refs"] == len(refs)
-    assert cli("--store", bundle, "ls", env={"PRECOMPILE_TRUSTED_KEYS": other}).returncode == 1
+    assert run_precompile("--store", bundle, "ls", env={"PRECOMPILE_TRUSTED_KEYS": other}).returncode == 1

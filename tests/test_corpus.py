@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from warm_start import run_scenario
+from support.warm_start import run_scenario
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
 import corpus

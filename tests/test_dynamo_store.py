@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
-from warm_start import SCENARIO, run_scenario
+from support.warm_start import load_scenario
 
 import precompile
 
@@ -20,20 +19,6 @@ from torch._dynamo.utils import counters  # noqa: E402
 from precompile.artifacts import StoredBackendArtifact  # noqa: E402
 
 pytestmark = pytest.mark.torch
-
-
-@pytest.fixture(scope="module")
-def compiled_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    work = tmp_path_factory.mktemp("compiled")
-    a = run_scenario("inference", "compile", work / "store", work)
-    return work / "store", a
-
-
-def _scenario_module():
-    spec = importlib.util.spec_from_file_location("scenario_under_test", SCENARIO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_install_redirects_torchs_dynamo_cache_and_uninstall_restores(tmp_path: Path) -> None:
@@ -119,7 +104,7 @@ def test_read_and_load_cache_entry(compiled_store: tuple[Path, dict], tmp_path: 
 def test_load_counts_hits_and_misses(compiled_store: tuple[Path, dict], tmp_path: Path, monkeypatch) -> None:
     store, _ = compiled_store
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    scenario = _scenario_module()
+    scenario = load_scenario("scenario_under_test")
     # The entry was compiled in a script run as `__main__`; loading checks
     # its sources against that module.
     monkeypatch.setitem(sys.modules, "__main__", scenario)
@@ -147,7 +132,7 @@ def test_truncated_object_is_a_miss_with_a_warning(
     victim.chmod(0o644)
     victim.write_bytes(victim.read_bytes()[:-7])
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    scenario = _scenario_module()
+    scenario = load_scenario("scenario_under_test")
     counters.clear()
     with precompile.installed(copy, save_on_exit=False) as cache:
         with pytest.warns(precompile.PrecompileWarning, match="could not be loaded"):

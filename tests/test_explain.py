@@ -8,13 +8,13 @@ with the one part broken that the reason is about.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
-from warm_start import SCENARIO, counter, run_scenario
+from support.counters import counter
+from support.warm_start import load_scenario, run_scenario
 
 import precompile
 from precompile import cli
@@ -29,19 +29,10 @@ from precompile import restore  # noqa: E402
 pytestmark = pytest.mark.torch
 
 
-@pytest.fixture(scope="module")
-def compiled_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    work = tmp_path_factory.mktemp("explained")
-    a = run_scenario("inference", "compile", work / "store", work)
-    return work / "store", a
-
-
 @pytest.fixture
 def scenario(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    spec = importlib.util.spec_from_file_location("scenario_explained", SCENARIO)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_scenario("scenario_explained")
     # The entry was compiled in a script run as `__main__`: its guards name
     # `__main__.MLP` and its sources are checked against `__main__`.
     monkeypatch.setitem(sys.modules, "__main__", module)

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.warm_start import run_scenario
 
 import precompile
 

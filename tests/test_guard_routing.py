@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.warm_start import run_scenario
 
 import precompile
 

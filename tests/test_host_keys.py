@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import PROGRAMS, last_line, run_python
 
 from precompile.host_keys import TOO_NEW_S, fingerprint
 
@@ -18,22 +19,15 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
-CHILD = Path(__file__).parent / "programs" / "host_keys_child.py"
+CHILD = PROGRAMS / "host_keys_child.py"
 
 
 def _run(store: Path | str, gpu: bool, pythonpath: list[Path] | None = None) -> dict:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), env.get("PYTHONPATH", "")])
-    proc = subprocess.run(
-        [sys.executable, str(CHILD), str(store), "1" if gpu else "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    proc = run_python(CHILD, store, "1" if gpu else "0", env=env, timeout=600, tail=4000)
+    return json.loads(last_line(proc.stdout))
 
 
 def test_second_process_uses_the_memo_and_gets_the_same_values(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.processes import last_line, run_python
 
 import precompile
 from precompile import kernels
@@ -173,15 +174,8 @@ def _valid_isas(tmp_path: Path) -> tuple[list[str], int]:
     """The instruction sets Inductor finds usable in a fresh process, and how
     many Python child processes it started to find them."""
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"))
-    out = subprocess.run(
-        [sys.executable, "-c", _PICK_ISA, str(tmp_path / "store")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
-    )
-    isas, children = json.loads(out.stdout.splitlines()[-1])
+    out = run_python("-c", _PICK_ISA, tmp_path / "store", env=env, timeout=600)
+    isas, children = json.loads(last_line(out.stdout))
     return isas, children
 
 

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.processes import run_python
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
@@ -51,9 +50,6 @@ print(sum(t.template._template is None for t in templates), len(templates))
 
 
 def test_importing_inductor_kernels_compiles_no_template(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-c", _CHILD, str(tmp_path / "store")], capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python("-c", _CHILD, tmp_path / "store", timeout=600, tail=3000)
     uncompiled, total = map(int, proc.stdout.split())
     assert uncompiled == total > 0

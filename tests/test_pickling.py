@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pickle
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from support.processes import last_line, run_python
 
 torch = pytest.importorskip("torch")
 
@@ -85,15 +84,8 @@ _HASHSEED_PROGRAM = textwrap.dedent(
 
 def _digest_with_seed(seed: str) -> str:
     env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
-    proc = subprocess.run(
-        [sys.executable, "-W", "ignore", "-c", _HASHSEED_PROGRAM],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=300,
-    )
-    return proc.stdout.strip().splitlines()[-1]
+    proc = run_python("-W", "ignore", "-c", _HASHSEED_PROGRAM, env=env, timeout=300)
+    return last_line(proc.stdout)
 
 
 def test_equal_graphs_give_equal_bytes_across_processes() -> None:

@@ -1,6 +1,6 @@
 """The Redis remote at the store level, against real redis-servers.
 
-Entries are synthetic (see `synthetic.py`): push and pull, chunking, dedup,
+Entries are synthetic (see `support/synthetic.py`): push and pull, chunking, dedup,
 damaged values, a remote that is down, killed or stopped, eight concurrent
 pushers, gc under a grace period, and a 3-node cluster.
 """
@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from redis_servers import free_port, kill_on_command
-from synthetic import blob_bytes, load_entry, make_entries
+from support.processes import PACKAGE_ROOT, run_precompile
+from support.redis_servers import free_port, kill_on_command
+from support.synthetic import blob_bytes, load_entry, make_entries
 
-import precompile
 from precompile import (
     CorruptObjectError,
     MissingObjectError,
@@ -31,28 +31,9 @@ from precompile import (
 )
 from precompile.remote import Remote, RemoteError, RemoteLayer, pull, push, remote_gc, remote_usage
 
-# Child processes import the same precompile as this one (the installed
-# package, or a source tree with its extension built).
-PYTHON_DIR = str(Path(precompile.__file__).resolve().parents[1])
-
 
 def _store(tmp_path: Path, name: str) -> Store:
     return Store(str(tmp_path / name))
-
-
-def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (PYTHON_DIR, os.environ.get("PYTHONPATH")) if p),
-    }
-    return subprocess.run(
-        [sys.executable, "-m", "precompile", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
 
 
 def test_push_then_pull_gives_the_same_entries(redis_server: Any, tmp_path: Path) -> None:
@@ -217,7 +198,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(redis_factory: Any, tmp_path:
 def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 30)
-    env = {**os.environ, "PYTHONPATH": PYTHON_DIR}
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -251,7 +232,7 @@ def test_eight_processes_push_the_same_entries_at_once(redis_server: Any, tmp_pa
         s = _store(tmp_path, f"host{i}")
         refs = make_entries(s, 3)  # deterministic: every host holds the same entries
         stores.append(s)
-    env = {**os.environ, "PYTHONPATH": PYTHON_DIR}
+    env = {**os.environ, "PYTHONPATH": PACKAGE_ROOT}
     procs = [
         subprocess.Popen(
             [
@@ -322,7 +303,7 @@ def test_stats_match_the_local_stores_numbers(redis_server: Any, tmp_path: Path)
     src = _store(tmp_path, "a")
     make_entries(src, 4)
     push(src, Remote(redis_server.url))
-    proc = _cli("stats", "--remote", redis_server.url, "--json")
+    proc = run_precompile("stats", "--remote", redis_server.url, "--json")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     local = src.usage()
@@ -337,21 +318,21 @@ def test_cli_push_pull_and_gc(redis_server: Any, tmp_path: Path) -> None:
     src = _store(tmp_path, "a")
     make_entries(src, 2)
     url = redis_server.url
-    pushed = _cli("--store", str(src.path), "push", url, "dynamo/e1", "--json")
+    pushed = run_precompile("--store", str(src.path), "push", url, "dynamo/e1", "--json")
     assert pushed.returncode == 0, pushed.stderr
     assert json.loads(pushed.stdout)["refs"] == 1
-    assert _cli("--store", str(src.path), "push", url, "dynamo/nope").returncode == 2
+    assert run_precompile("--store", str(src.path), "push", url, "dynamo/nope").returncode == 2
     dst = tmp_path / "b"
-    pulled = _cli("--store", str(dst), "pull", url, "--json")
+    pulled = run_precompile("--store", str(dst), "pull", url, "--json")
     assert pulled.returncode == 0, pulled.stderr
     assert json.loads(pulled.stdout)["refs"] == 1
     assert Store(str(dst)).refs() == ["dynamo/e1"]
-    assert _cli("--store", str(dst), "pull", url, "dynamo/e0").returncode == 2
-    gc = _cli("gc", "--remote", url, "--grace", "0", "--json")
+    assert run_precompile("--store", str(dst), "pull", url, "dynamo/e0").returncode == 2
+    gc = run_precompile("gc", "--remote", url, "--grace", "0", "--json")
     assert gc.returncode == 0 and json.loads(gc.stdout)["objects_freed"] == 0
-    text = _cli("--store", str(dst), "pull", url)
+    text = run_precompile("--store", str(dst), "pull", url)
     assert "pulled 1 refs" in text.stdout
-    down = _cli("--store", str(dst), "pull", f"redis://127.0.0.1:{free_port()}/0")
+    down = run_precompile("--store", str(dst), "pull", f"redis://127.0.0.1:{free_port()}/0")
     assert down.returncode == 1 and "error" in down.stderr
 
 
@@ -415,5 +396,5 @@ def test_gc_stops_rather_than_guess_past_a_damaged_manifest(redis_server: Any, t
     with pytest.raises(MissingObjectError, match="nothing was deleted"):
         remote_gc(remote, grace_seconds=0)
     assert client.exists(remote.keys.obj(orphan))
-    stats = _cli("stats", "--remote", redis_server.url, "--json")
+    stats = run_precompile("stats", "--remote", redis_server.url, "--json")
     assert stats.returncode == 1 and backend in json.loads(stats.stdout)["missing"]

@@ -1,7 +1,7 @@
 """Hosts sharing one Redis remote, each a separate process with its own store.
 
 Every host is a fresh process with its own local store, its own Inductor and
-Triton cache dirs and a compiler spy on PATH (see `warm_start.py`); only
+Triton cache dirs and a compiler spy on PATH (see `support/warm_start.py`); only
 `PRECOMPILE_REMOTE` is shared. The remote is also killed in the middle of a
 save and of a load, and has a damaged value: the hosts warn (or count),
 compile what they cannot load, and give the same outputs.
@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 import torch
-from redis_servers import kill_on_command
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.redis_servers import kill_on_command
+from support.warm_start import run_scenario
 
 from precompile import Store
 from precompile.remote import Remote, push, remote_usage

@@ -15,12 +15,11 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
-from synthetic import blob_bytes, load_entry, make_entries
+from support.processes import SERVING_WORKER
+from support.synthetic import blob_bytes, load_entry, make_entries
 
 from precompile import Store, open_bundle
 from precompile.layers import open_layered
-
-WORKER = str(Path(__file__).with_name("serving_worker.py"))
 
 
 @pytest.fixture
@@ -100,7 +99,7 @@ def test_four_processes_load_the_same_entries(
     for source in (path, root):
         go = tmp_path / f"go-{source.name}"
         procs = [
-            subprocess.Popen([sys.executable, WORKER, str(source), str(go)], stdout=subprocess.PIPE, text=True)
+            subprocess.Popen([sys.executable, SERVING_WORKER, str(source), str(go)], stdout=subprocess.PIPE, text=True)
             for _ in range(4)
         ]
         go.touch()

@@ -12,11 +12,6 @@ from blake3 import blake3
 from precompile import Blob, Store, blake3_hex
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
-
-
 @pytest.mark.parametrize("size", [0, 1, 1 << 20], ids=["0B", "1B", "1MiB"])
 def test_put_get_roundtrip(store: Store, size: int) -> None:
     data = os.urandom(size)

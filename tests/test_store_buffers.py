@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import threading
 import time
@@ -11,55 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from support.buffers import PyBuffer, buffer_address, get_buffer, mapping_of
 
 from precompile import Blob, Store, blake3_hex
-
-
-class PyBuffer(ctypes.Structure):
-    _fields_ = [
-        ("buf", ctypes.c_void_p),
-        ("obj", ctypes.c_void_p),
-        ("len", ctypes.c_ssize_t),
-        ("itemsize", ctypes.c_ssize_t),
-        ("readonly", ctypes.c_int),
-        ("ndim", ctypes.c_int),
-        ("format", ctypes.c_char_p),
-        ("shape", ctypes.c_void_p),
-        ("strides", ctypes.c_void_p),
-        ("suboffsets", ctypes.c_void_p),
-        ("internal", ctypes.c_void_p),
-    ]
-
-
-_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
-_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(PyBuffer), ctypes.c_int]
-_release_buffer = ctypes.pythonapi.PyBuffer_Release
-_release_buffer.argtypes = [ctypes.POINTER(PyBuffer)]
-
-
-def buffer_address(obj: object) -> int:
-    """The address of the memory `obj` exports through the buffer protocol."""
-    view = PyBuffer()
-    assert _get_buffer(obj, ctypes.byref(view), 0) == 0
-    try:
-        assert view.buf is not None
-        return int(view.buf)
-    finally:
-        _release_buffer(ctypes.byref(view))
-
-
-def mapping_of(address: int) -> str:
-    """The /proc/self/maps line whose range holds `address`."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        start, end = (int(x, 16) for x in line.split()[0].split("-"))
-        if start <= address < end:
-            return line
-    raise AssertionError(f"{address:#x} is not mapped")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
 
 
 def test_memoryview_of_blob_is_the_file_mapping(store: Store) -> None:
@@ -84,7 +37,7 @@ def test_blob_refuses_writable_export(store: Store) -> None:
     blob = store.get(store.put(b"read only"))
     view = PyBuffer()
     with pytest.raises(BufferError, match="not writable"):
-        _get_buffer(blob, ctypes.byref(view), 1)  # PyBUF_WRITABLE
+        get_buffer(blob, view, 1)  # PyBUF_WRITABLE
 
 
 def test_empty_blob_exports_an_empty_buffer(store: Store) -> None:

@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import STORE_WORKER
 
 from precompile import Store
 
-WORKER = Path(__file__).with_name("store_worker.py")
 MAGIC = b"precompile-manifest\n"
 OPS = ["put", "set_ref", "gc", "export", "import"]
 
@@ -51,7 +51,7 @@ def check(store: Store, root: Path, completed: dict[str, str]) -> None:
 
 def run_and_kill(root: Path, op: str, seed: int, bundle: Path, delay: float) -> list[str]:
     child = subprocess.Popen(
-        [sys.executable, str(WORKER), "chaos", op, str(root), str(seed), str(bundle)],
+        [sys.executable, STORE_WORKER, "chaos", op, str(root), str(seed), str(bundle)],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},

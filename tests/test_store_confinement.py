@@ -15,10 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
+from support.processes import STORE_WORKER
 
 from precompile import InvalidNameError, LockTimeout, Store, StoreError
-
-WORKER = Path(__file__).with_name("store_worker.py")
 
 
 def outside_with_old_file(tmp_path: Path) -> Path:
@@ -105,7 +104,7 @@ def test_killed_exports_leave_unpredictable_names_that_get_cleaned(
         child = subprocess.Popen(
             [
                 sys.executable,
-                str(WORKER),
+                STORE_WORKER,
                 "export_forever",
                 str(tmp_path / "s"),
                 str(out),

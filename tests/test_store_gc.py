@@ -4,16 +4,8 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
-
-import pytest
 
 from precompile import Store
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
 
 
 def test_gc_keeps_ref_closure_and_frees_the_rest(store: Store) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
@@ -22,11 +21,6 @@ def flip_byte(f) -> None:  # type: ignore[no-untyped-def]
     byte = f.read(1)
     f.seek(1234)
     f.write(bytes([byte[0] ^ 0x01]))
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
 
 
 DATA = os.urandom(1 << 20)

@@ -5,9 +5,6 @@ runs as root and starts children as other users."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,15 +15,6 @@ from precompile.paths import default_store_path
 OWNER, OTHER, STRANGER, GROUP = 4242, 4243, 4244, 4300
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as other users")
-
-
-@pytest.fixture
-def base() -> Iterator[Path]:
-    # Other users must reach it: pytest's own tmp_path is private to root.
-    path = Path(tempfile.mkdtemp(prefix="precompile-owner-"))
-    path.chmod(0o755)
-    yield path
-    shutil.rmtree(path)
 
 
 def make_store(root: Path) -> str:
@@ -81,15 +69,15 @@ def open_as(uid: int, root: Path, *, shared: bool, groups: tuple[int, ...] = ())
 
 
 @as_root
-def test_another_users_store_is_refused_unless_shared(base: Path) -> None:
-    root = base / "theirs"
+def test_another_users_store_is_refused_unless_shared(world_dir: Path) -> None:
+    root = world_dir / "theirs"
     make_store(root)
     chown_tree(root, OWNER, OWNER)
     with pytest.raises(UntrustedError, match="owned by uid 4242"):
         Store(root)  # root gets no exemption: it would run uid 4242's code
     assert Store(root, shared=True).get_ref("dynamo/x") is not None
 
-    mine = base / "mine"
+    mine = world_dir / "mine"
     make_store(mine)
     assert open_as(OTHER, mine, shared=False).startswith("UntrustedError")
     assert open_as(OTHER, mine, shared=True) == "ok"
@@ -97,8 +85,8 @@ def test_another_users_store_is_refused_unless_shared(base: Path) -> None:
 
 
 @as_root
-def test_group_shared_store_needs_setgid_and_membership(base: Path) -> None:
-    root = base / "team"
+def test_group_shared_store_needs_setgid_and_membership(world_dir: Path) -> None:
+    root = world_dir / "team"
     make_store(root)
     chown_tree(root, OWNER, GROUP, dir_mode=0o2775)
     assert open_as(OTHER, root, shared=False, groups=(GROUP,)).startswith("UntrustedError")

@@ -13,15 +13,14 @@ from typing import Any
 
 import pytest
 from blake3 import blake3
+from support.processes import STORE_WORKER
 
 from precompile import LockTimeout, Store
-
-WORKER = str(Path(__file__).with_name("store_worker.py"))
 
 
 def start(*args: object) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, WORKER, *map(str, args)],
+        [sys.executable, STORE_WORKER, *map(str, args)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -64,7 +63,7 @@ def test_sigkill_mid_put_leaves_no_partial_object(tmp_path: Path) -> None:
     root = tmp_path / "store"
     Store(root)
     with subprocess.Popen(
-        [sys.executable, WORKER, "spam", str(root), "1000"], stdout=subprocess.PIPE, text=True
+        [sys.executable, STORE_WORKER, "spam", str(root), "1000"], stdout=subprocess.PIPE, text=True
     ) as proc:
         assert proc.stdout is not None
         announced = []

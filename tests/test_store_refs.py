@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
 from precompile import FormatError, MissingObjectError, Store
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Store:
-    return Store(tmp_path / "store")
 
 
 def test_refs_roundtrip(store: Store) -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -52,15 +50,6 @@ def as_user(uid: int, fn: Callable[[], Any]) -> Any:
         text = f.read()
     os.waitpid(pid, 0)
     return json.loads(text)
-
-
-@pytest.fixture
-def world_dir() -> Iterator[Path]:
-    """A directory other uids can reach (pytest's tmp_path is root-only)."""
-    base = Path(tempfile.mkdtemp(prefix="precompile-shared-"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

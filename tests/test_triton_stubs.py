@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from warm_start import compiler_runs, compiler_spy
+from support.warm_start import compiler_runs, compiler_spy
 
 import precompile
 from precompile import triton_stubs

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from blake3 import blake3
-from synthetic import load_entry, make_entries
+from support.synthetic import load_entry, make_entries
 
 import precompile
 from precompile import CorruptObjectError, Store, StoreError, UntrustedError, keygen, open_bundle

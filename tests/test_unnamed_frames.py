@@ -17,37 +17,28 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.counters import miss_counters
+from support.processes import PROGRAMS, run_python
 
 from precompile import cli
 
 pytestmark = pytest.mark.torch
 
-PROGRAM = Path(__file__).parent / "programs" / "generated_frames.py"
+PROGRAM = PROGRAMS / "generated_frames.py"
 
 
 def _run(mode: str, store: Path, work: Path, variant: str) -> dict:
     out = work / f"{mode}-{variant}.json"
     # A fresh host per run: a new Inductor dir, only the store carried.
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(work / f"inductor-{mode}-{variant}"))
-    proc = subprocess.run(
-        [sys.executable, str(PROGRAM), mode, str(store), str(out), variant],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_python(PROGRAM, mode, store, out, variant, env=env, timeout=None, tail=3000)
     result = json.loads(out.read_text())
     result["stderr"] = proc.stderr
     return result
-
-
-def _misses(result: dict) -> dict[str, int]:
-    return {k: v for k, v in result["counters"].get("precompile", {}).items() if k.startswith("miss_")}
 
 
 def _graphs_compiled(result: dict) -> int:
@@ -69,7 +60,7 @@ def test_a_dataclass_init_frame_is_stored_through_its_class(dataclass_store, tmp
     store, cold = dataclass_store
     assert cold["result"] == pytest.approx(cold["expected"], rel=1e-5)
     assert cold["entries"] == 1
-    assert _misses(cold) == {"miss_not_stored": 1}
+    assert miss_counters(cold) == {"miss_not_stored": 1}
     assert _graphs_compiled(cold) >= 2  # the caller's graph and the `__init__` frame's
 
     warm = _run("load", store, tmp_path, "dataclass")
@@ -77,7 +68,7 @@ def test_a_dataclass_init_frame_is_stored_through_its_class(dataclass_store, tmp
     pc = warm["counters"]["precompile"]
     # forward, its resume function, Output.__init__ and its resume function.
     assert pc["frames_loaded"] == 4
-    assert _misses(warm) == {}
+    assert miss_counters(warm) == {}
     assert _graphs_compiled(warm) == 0
     assert "PrecompileWarning" not in warm["stderr"]
 
@@ -86,7 +77,7 @@ def test_a_dataclass_that_generates_other_code_misses(dataclass_store, tmp_path:
     store, _ = dataclass_store
     warm = _run("load", store, tmp_path, "dataclass_extra_field")
     assert warm["result"] == pytest.approx(warm["expected"], rel=1e-5)
-    assert _misses(warm) == {"miss_source_changed": 1}
+    assert miss_counters(warm) == {"miss_source_changed": 1}
     assert "Output.__init__ generates other code here than when it was compiled" in warm["stderr"]
 
     capsys.readouterr()
@@ -108,7 +99,7 @@ def test_a_frame_nothing_names_compiles_unstored_and_is_explained(tmp_path: Path
     assert warm["result"] == cold["result"]
     pc = warm["counters"]["precompile"]
     assert pc["frames_loaded"] >= 1
-    misses = _misses(warm)
+    misses = miss_counters(warm)
     assert misses["miss_unstorable"] == 1
     if "miss_bypassed" in misses:
         # A torch that cannot save the generated function the caller's guards
@@ -135,11 +126,11 @@ def test_a_comprehension_that_breaks_the_graph_warm_starts_whole(variant: str, t
     cold = _run("compile", store, tmp_path, variant)
     assert cold["result"] == pytest.approx(cold["expected"], rel=1e-5)
     assert cold["entries"] == 1
-    assert _misses(cold) == {"miss_not_stored": 1}
+    assert miss_counters(cold) == {"miss_not_stored": 1}
 
     warm = _run("load", store, tmp_path, variant)
     assert warm["result"] == cold["result"]
     assert warm["counters"]["precompile"]["frames_loaded"] >= 2
-    assert _misses(warm) == {}
+    assert miss_counters(warm) == {}
     assert _graphs_compiled(warm) == 0
     assert "PrecompileWarning" not in warm["stderr"]

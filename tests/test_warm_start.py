@@ -10,26 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
-from warm_start import counter, run_scenario
+from support.counters import counter
+from support.warm_start import assert_compiled_nothing, assert_same_outputs, run_scenario
 
 import precompile
 
 pytestmark = pytest.mark.torch
 
 
-def _assert_same(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        torch.testing.assert_close(x, y, rtol=0, atol=0)
-
-
 def _assert_compiled_nothing(b: dict) -> None:
-    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1, b["counters"]
-    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 0, b["stderr"][-3000:]
-    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
-    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
-    assert b["compiler_runs"] == [], b["compiler_runs"]
+    assert_compiled_nothing(b)
     # Nor a child process to load a CPU probe: every shipped probe that
     # loaded on the compiling host comes with its marker.
     assert b["python_children"] == [], b["python_children"]
@@ -49,7 +39,7 @@ def _round_trip(name: str, tmp_path: Path) -> tuple[dict, dict, Path]:
 def test_second_process_compiles_nothing(name: str, tmp_path: Path) -> None:
     a, b, _ = _round_trip(name, tmp_path)
     assert a["report"]["missing_backends"] == 0
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
     # A CPU load hashes no installation: neither torch nor the store computes torch_key.
     assert b["torch_key_computed"] is False
@@ -69,7 +59,7 @@ def test_identical_backends_are_stored_once(tmp_path: Path) -> None:
     assert len(report["entries"]) == 2
     assert report["backends"] == 2
     assert report["unique_backends"] == 1
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
     # The two entries' manifests both list the one backend manifest.
     s = precompile.Store(str(store))
@@ -96,7 +86,7 @@ def test_corrupt_blob_falls_back_to_compiling(tmp_path: Path) -> None:
     victim.write_bytes(bytes(data))
 
     b = run_scenario("inference", "load", store, tmp_path)
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     assert counter(b, "dynamo_cache", "dynamo_cache_error") == 1
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 0
     assert "could not be loaded" in b["stderr"]
@@ -111,7 +101,7 @@ def test_missing_backend_is_reported_and_the_code_still_loads(tmp_path: Path) ->
     assert counter(a, "precompile", "missing_backend") == 1
     assert "never recorded" in a["stderr"] and "PrecompileWarning" in a["stderr"]
     b = run_scenario("forward_only", "load", store, tmp_path)
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
 
 
@@ -134,7 +124,7 @@ def test_mega_cache_artifacts_populate_a_store(tmp_path: Path) -> None:
         tmp_path / "b",
         extra_env={"PRECOMPILE_TEST_MEGA_IN": str(mega)},
     )
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     assert counter(b, "dynamo_cache", "dynamo_cache_hit") == 1
     assert precompile.Store(str(tmp_path / "store-b")).refs("dynamo/")
 
@@ -145,7 +135,7 @@ def test_entries_are_saved_at_exit(tmp_path: Path) -> None:
     assert a["report"] is None  # nothing saved explicitly
     assert precompile.Store(str(store)).refs("dynamo/")
     b = run_scenario("graph_break", "load", store, tmp_path)
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
 
 
@@ -165,7 +155,7 @@ def test_graph_break_heavy_model_stores_one_backend_and_loads_every_graph(tmp_pa
     assert len({use["manifest"] for use in meta["backends"].values()}) == 1
     env["PRECOMPILE_TEST_STANCE"] = "fail_on_recompile"
     b = run_scenario("breaks", "load", store, tmp_path, env)
-    _assert_same(a["outputs"], b["outputs"])
+    assert_same_outputs(a["outputs"], b["outputs"])
     _assert_compiled_nothing(b)
     assert counter(b, "precompile", "install_failed") == 0
     # Every frame the compiling process produced is served, none compiled.

@@ -1,18 +1,22 @@
-"""Helpers for two-process warm-start tests: fresh caches and a compiler spy."""
+"""Helpers for two-process warm-start tests: the scenario program run with fresh caches, and a compiler spy."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import torch
 
-SCENARIO = Path(__file__).parent / "programs" / "scenario.py"
+from support.counters import counter
+
+SCENARIO = Path(__file__).resolve().parents[1] / "programs" / "scenario.py"
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
 
@@ -96,5 +100,28 @@ def run_scenario(
     return result
 
 
-def counter(result: dict[str, Any], group: str, name: str) -> int:
-    return int(result["counters"].get(group, {}).get(name, 0))
+def assert_same_outputs(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    """The two sides computed the same outputs, bit for bit."""
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def assert_compiled_nothing(b: dict[str, Any]) -> None:
+    """The loading side served from the store: a hit, no cache error, no graph
+    compiled and no compiler run."""
+    assert counter(b, "dynamo_cache", "dynamo_cache_hit") >= 1, b["counters"]
+    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 0, b["stderr"][-3000:]
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    assert counter(b, "aot_autograd", "autograd_cache_miss") == 0, b["counters"]
+    assert b["compiler_runs"] == [], b["compiler_runs"]
+
+
+def load_scenario(module_name: str) -> ModuleType:
+    """The scenario program imported in this process as `module_name` (its
+    models and scenarios, without running it)."""
+    spec = importlib.util.spec_from_file_location(module_name, SCENARIO)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,0 +1,173 @@
+"""Guards on classes and on objects torch alone cannot save.
+
+A class-identity guard is kept and checked; an object made anew on each
+read compiles, saves and loads; a guard state that cannot be pickled
+bypasses the frame; a local class is refused as torch refuses it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from support.torch_contract import reset
+from torch._dynamo.package import DynamoCache
+from torch._dynamo.precompile_context import PrecompileContext
+
+import precompile
+
+pytestmark = pytest.mark.torch
+
+
+class _Scaled:
+    scale = 2.0
+
+
+class _OtherScaled:
+    scale = 2.0
+
+
+def _by_class(x: torch.Tensor, cfg: object) -> torch.Tensor:
+    # Reading an attribute of the argument's class makes Dynamo guard on the
+    # class's identity (CLASS_MATCH), as transformers' encoder-decoders do
+    # with type(self.config).
+    return x * type(cfg).scale
+
+
+class _FreshView:
+    def __init__(self, owner: object) -> None:
+        self.owner = owner
+
+    def __len__(self) -> int:
+        return 2
+
+
+class _ViewingConfig:
+    # A class of its own __getattribute__ makes Dynamo read (and guard) its
+    # attributes through `object.__getattribute__`, so the property's result
+    # is a guarded object, a new one on every read: transformers' configs
+    # and their `per_layer_config`, which every Llama-family model reads.
+    def __getattribute__(self, key: str) -> object:
+        return super().__getattribute__(key)
+
+    @property
+    def view(self) -> _FreshView:
+        return _FreshView(self)
+
+
+def _through_view(x: torch.Tensor, cfg: _ViewingConfig) -> torch.Tensor:
+    return x * len(cfg.view)
+
+
+def test_a_guarded_object_made_anew_on_each_read_compiles_saves_and_loads(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    # caching_precompile builds each guard twice; the second build meets a
+    # new view while the first is alive. torch 2.11 raised AssertionError
+    # ("Guarded object must be identical") out of the call.
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.compile(_through_view)(x, _ViewingConfig()), x * 2)
+    PrecompileContext.save_to_dynamo_cache()
+    assert _stored_variants(_through_view) == [(False, 1)]
+    reset()
+    _reset_precompile_entries(_through_view.__code__)
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            torch.testing.assert_close(torch.compile(_through_view)(x, _ViewingConfig()), x * 2)
+            # The loaded guard still checks the view's type.
+            with pytest.raises(RuntimeError, match="fail_on_recompile"):
+                torch.compile(_through_view)(x, _Scaled())
+    finally:
+        _reset_precompile_entries(_through_view.__code__)
+
+
+def _stored_variants(fn: object) -> list[tuple[bool, int]]:
+    entry = DynamoCache.load(fn)
+    assert entry is not None
+    return [(code.bypassed, len(code.guarded_codes)) for code in entry.dynamo.codes]
+
+
+class _Unpicklable:
+    def __reduce__(self) -> tuple:
+        raise TypeError("cannot pickle '_Unpicklable' object")
+
+
+class _WithUnpicklable:
+    def __init__(self) -> None:
+        self.scale = 2.0
+        self.opaque = _Unpicklable()
+
+
+def _scaled_by(x: torch.Tensor, holder: _WithUnpicklable) -> torch.Tensor:
+    return x * holder.scale
+
+
+def test_a_guard_state_that_cannot_be_pickled_bypasses_the_frame(store: Path) -> None:
+    """A guard reaches an object that cannot be pickled: torch 2.11 raised
+    out of the call (only under caching_precompile, which install() turns
+    on); newer torch, and the store on every torch, run the frame and save
+    it without compiled code."""
+    x = torch.randn(3)
+    torch.testing.assert_close(torch.compile(_scaled_by)(x, _WithUnpicklable()), x * 2)
+    PrecompileContext.save_to_dynamo_cache()
+    with pytest.warns(precompile.PrecompileWarning, match="bypassed"):
+        assert _stored_variants(_scaled_by) == [(True, 0)]
+
+
+def test_a_class_identity_guard_is_kept_and_checked(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.randn(3)
+    expected = _by_class(x, _Scaled())
+    torch.testing.assert_close(torch.compile(_by_class)(x, _Scaled()), expected)
+    PrecompileContext.save_to_dynamo_cache()
+    # torch alone stores this frame bypassed (no compiled variant); the store
+    # keeps the variant with its class guard.
+    assert _stored_variants(_by_class) == [(False, 1)]
+    reset()
+    _reset_precompile_entries(_by_class.__code__)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(_by_class)(x, _Scaled()), expected)
+        # Another class with the same attribute fails the loaded guard: a
+        # compile (refused here), never the stored variant.
+        with pytest.raises(RuntimeError, match="fail_on_recompile"):
+            torch.compile(_by_class)(x, _OtherScaled())
+    _reset_precompile_entries(_by_class.__code__)
+
+
+def _local_class_outcome() -> tuple[str, object]:
+    """What compiling `_by_class` on a local class leaves: the error raised,
+    or the variants recorded for the save."""
+
+    class Local:
+        scale = 3.0
+
+    x = torch.randn(3)
+    try:
+        torch.testing.assert_close(torch.compile(_by_class)(x, Local()), x * 3.0)
+    except Exception as e:  # noqa: BLE001 - the outcome is what is compared
+        return "raised", type(e).__name__
+    (entry,) = PrecompileContext._dynamo_cache_entries.values()
+    return "recorded", [(code.bypassed, len(code.guarded_codes)) for code in entry.codes]
+
+
+def test_a_local_class_guard_is_refused_as_torch_refuses_it(store: Path) -> None:
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    # A class its name cannot import back: torch bypasses the frame (newer
+    # torch) or raises out of the call (2.11, whose guard-state dump turns
+    # only an AttributeError into a bypass). The store bypasses it on every
+    # torch: refused as torch refuses it, and the call runs.
+    with_store = _local_class_outcome()
+    reset()
+    _reset_precompile_entries(_by_class.__code__)
+    precompile.uninstall()
+    try:
+        with torch._dynamo.config.patch(caching_precompile=True):
+            plain = _local_class_outcome()
+    finally:
+        reset()
+        _reset_precompile_entries(_by_class.__code__)
+    assert with_store == ("recorded", [(True, 0)])
+    assert plain in (with_store, ("raised", "InternalTorchDynamoError"))
