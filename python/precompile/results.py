@@ -36,6 +36,7 @@ from . import graph as graph_codec
 from . import kernels, pickling
 from ._torch import (
     GRAPH_JSON_FIELDS,
+    GRAPH_TIME_FIELDS,
     TRITON_BUNDLE_FIELD,
     BundledAOTAutogradResult,
     CompiledFxGraph,
@@ -80,7 +81,6 @@ _GRAPH_TEXT_FIELDS = (
 # text, kept compressed (see `_pack`).
 _HOT_FIELDS = ("source_code",)
 _ZLIB_MAGIC = b"\x00precompile-zlib\x00"
-_GRAPH_TIME_FIELDS = ("_time_taken_ns",)
 _BACKEND_TEXT_FIELDS = (
     "aot_joint_graph_str",
     "aot_forward_graph_str",
@@ -231,7 +231,7 @@ class StoredGraph:
         skeleton = copy.copy(graph)
         for name in (*fields, TRITON_BUNDLE_FIELD):
             setattr(skeleton, name, None)
-        _zero(skeleton, _GRAPH_TIME_FIELDS)
+        _zero(skeleton, GRAPH_TIME_FIELDS)
         meta = GraphMeta(
             skeleton=put_pickled(store, skeleton),
             fields=fields,

@@ -49,7 +49,14 @@ from .dynamo_cache import (
     swap_dynamo_cache,
 )
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
-from .graphs import GRAPH_JSON_FIELDS, TRITON_BUNDLE_FIELD, CompiledFxGraph, set_triton_bundle, triton_bundle
+from .graphs import (
+    GRAPH_JSON_FIELDS,
+    GRAPH_TIME_FIELDS,
+    TRITON_BUNDLE_FIELD,
+    CompiledFxGraph,
+    set_triton_bundle,
+    triton_bundle,
+)
 from .guard_state import (
     guard_state_dump_errors,
     guard_state_handoff,
@@ -126,6 +133,7 @@ __all__ = [
     "DynamoStore",
     "entry_source_location",
     "GRAPH_JSON_FIELDS",
+    "GRAPH_TIME_FIELDS",
     "guard_evaluation",
     "guard_failures",
     "guard_passes",

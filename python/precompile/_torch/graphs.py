@@ -11,6 +11,7 @@ from torch._inductor.triton_bundler import TritonBundle, TritonKernelArtifact, T
 __all__ = [
     "CompiledFxGraph",
     "GRAPH_JSON_FIELDS",
+    "GRAPH_TIME_FIELDS",
     "TRITON_BUNDLE_FIELD",
     "set_triton_bundle",
     "triton_bundle",
@@ -19,6 +20,9 @@ __all__ = [
 # `CompiledFxGraph` fields kept as JSON blobs of their own rather than in the
 # pickled skeleton (the FX graph cache's debug lines).
 GRAPH_JSON_FIELDS: tuple[str, ...] = ("_fx_graph_cache_debug_lines",)
+# `CompiledFxGraph` fields that time this compile: zeroed in the stored
+# skeleton, so equal graphs compiled at other speeds share one blob.
+GRAPH_TIME_FIELDS: tuple[str, ...] = ("_time_taken_ns",)
 # The field holding the graph's Triton kernels, stored apart and cleared in
 # the skeleton.
 TRITON_BUNDLE_FIELD = "_triton_bundle"
