@@ -94,9 +94,9 @@ def child(args: argparse.Namespace) -> None:
         cache.load = timed_load  # type: ignore[method-assign]
         # torch's DynamoCache serves through the cache's methods as bound at
         # install(): bind the timed one.
-        from precompile import _torch_compat
+        from precompile import _torch
 
-        _torch_compat.swap_dynamo_cache(cache)
+        _torch.swap_dynamo_cache(cache)
     out: dict = {}
     if args.model == "shared":
         sys.path.insert(0, args.work)

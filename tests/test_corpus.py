@@ -64,7 +64,7 @@ def _model_counter(result: dict, name: str, group: str, key: str) -> int:
 # Models whose frames torch saves without compiled code (a guard neither
 # torch nor the store can carry across processes): none in the corpus.
 # T5's guard on type(self.config) is carried (see
-# _torch_compat.named_class_guards).
+# precompile._torch.named_class_guards).
 _TORCH_BYPASSES: dict[str, str] = {}
 
 

@@ -122,7 +122,7 @@ def test_every_cpu_probe_torch_builds_is_recognized(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     from torch._inductor import cpu_vec_isa
 
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
 
     programs = {
         "avx": cpu_vec_isa.VecISA._avx_code,
@@ -212,7 +212,7 @@ def test_probe_load_stand_in_marks_what_loaded_for_either_call(call: str, tmp_pa
     from torch._inductor.cpu_vec_isa import VecISA
 
     from precompile import _core
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
 
     if tc.TORCH_MARKS_PROBES:
         pytest.skip("this torch marks its probes itself; the stand-in is not installed")
@@ -277,7 +277,7 @@ def test_every_kernel_file_of_one_triton_binary_keeps_its_autotuning_result(tmp_
     triton = pytest.importorskip("triton")
     from torch._inductor.runtime.autotune_cache import AutotuneCache
 
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
 
     config = triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
     written = []

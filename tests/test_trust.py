@@ -226,7 +226,7 @@ class _Payload:
 @pytest.mark.torch
 def test_refusal_comes_before_any_unpickling(tmp_path: Path, keys: dict[str, str]) -> None:
     """A bundle whose every blob verifies, and whose entry runs code when loaded."""
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
     from precompile.entries import fetch_entry
     from precompile.schema import EntryMeta, PickledRef, SourceLocation
 

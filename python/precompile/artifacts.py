@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from ._torch_compat import BundledAOTAutogradCacheArtifact, in_process_kernel_loads
+from ._torch import BundledAOTAutogradCacheArtifact, in_process_kernel_loads
 from .results import StoredBackend
 
 __all__ = ["StoredBackendArtifact"]

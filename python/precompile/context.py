@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core import StoreError
-from ._torch_compat import PrecompileCacheEntry, PrecompileContext, bypassed_copy, counters
+from ._torch import PrecompileCacheEntry, bypassed_copy, counters, recorded_backends, recorded_entries
 from .entries import SaveMemo, put_entry
 from .protocols import WriteStore
 from .warning import PrecompileWarning
@@ -53,7 +53,7 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
     never changed: a bypassed code is marked on a copy. Returns the entry and
     how many backends were missing.
     """
-    backends = PrecompileContext._backend_artifacts_by_key
+    backends = recorded_backends()
     content: dict[Any, Any] = {}
     missing_total = 0
     bypass: set[int] = set()
@@ -82,7 +82,7 @@ def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
     """Stitch all of PrecompileContext's records; returns entries and missing count."""
     entries: dict[str, PrecompileCacheEntry] = {}
     missing_total = 0
-    for key, dynamo_entry in PrecompileContext._dynamo_cache_entries.items():
+    for key, dynamo_entry in recorded_entries().items():
         entries[key], missing = stitch(dynamo_entry)
         missing_total += missing
     return entries, missing_total

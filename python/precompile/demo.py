@@ -39,7 +39,7 @@ def _child(mode: str, store: str, out: str) -> None:
     seconds = time.perf_counter() - start
     if mode == "compile":
         precompile.save()
-    from ._torch_compat import counters
+    from ._torch import counters
 
     torch.save(y, out + ".pt")
     with open(out, "w") as f:

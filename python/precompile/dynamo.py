@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from . import _torch_compat as tc
+from . import _torch as tc
 from . import explain, host_keys, restore
 from .context import PrecompileWarning, SaveReport, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
@@ -99,7 +99,7 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:
             raise RuntimeError(f"Failed to load package from key {path}: {e}") from e
 
-    def save_cache_entry(self, cache_entry: tc._DynamoCacheEntry, key: str) -> None:
+    def save_cache_entry(self, cache_entry: tc.DynamoCacheEntry, key: str) -> None:
         """Save one entry with backends from PrecompileContext.
 
         Unlike torch's, a backend PrecompileContext never recorded is reported
@@ -180,7 +180,6 @@ class _Installation:
         self.previous = previous
         self.was_enabled = was_enabled
         self.save_on_exit = save_on_exit
-        self.original_save = tc.PrecompileContext.__dict__["save_to_dynamo_cache"]
 
 
 _lock = threading.RLock()
@@ -188,15 +187,12 @@ _active: _Installation | None = None
 _atexit_registered = False
 
 
-def _save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
-    # Replaces PrecompileContext.save_to_dynamo_cache while installed, so
-    # torch.compiler.save_cache_artifacts() stitches and stores our way and
-    # the entries also travel in its Mega-Cache blob. Callers get torch's own
-    # return value; the store's report rides along under its own key.
-    info = tc.debug_info(tc.PrecompileContext._dynamo_cache_entries, tc.PrecompileContext._backend_artifacts_by_key)
+def _save_for_torch() -> dict[str, Any]:
+    # What torch.compiler.save_cache_artifacts() saves while installed (see
+    # `_torch.save_to_dynamo_cache`): the store's way, and the entries also
+    # travel in its Mega-Cache blob. The report rides along under its own key.
     report = _save(on_written=_record_for_mega_cache)
-    info["precompile"] = dataclasses.asdict(report)
-    return info
+    return dataclasses.asdict(report)
 
 
 def _install_failed(package: Any, error: BaseException) -> None:
@@ -205,7 +201,7 @@ def _install_failed(package: Any, error: BaseException) -> None:
     # load already counted it as loaded. Called before the install is undone,
     # while the package still names its function.
     tc.counters["precompile"]["install_failed"] += 1
-    fn = getattr(package, "_innermost_fn", None)
+    fn = tc.package_function(package)
     log.debug("installing a stored entry failed", exc_info=error)
     try:
         key = tc.source_id_from_fn(fn) if fn is not None else ""
@@ -244,6 +240,7 @@ def install(
     from .layers import open_layered
     from .remote import LiveCounters, open_remote
 
+    patches_off = tc.patches_off()
     remote = open_remote(remote, counters=LiveCounters(lambda: tc.counters["precompile_remote"]))
     store = open_layered(
         os.fspath(path) if path is not None else default_store_path(),
@@ -259,46 +256,16 @@ def install(
         previous = tc.swap_dynamo_cache(cache)
         was_enabled = tc.caching_precompile()
         _active = _Installation(cache, previous, was_enabled, save_on_exit)
-        tc.PrecompileContext.save_to_dynamo_cache = classmethod(_save_to_dynamo_cache)  # type: ignore[method-assign,assignment]
         if enable:
             tc.set_caching_precompile(True)
-        tc.install_hardening.on_failure = _install_failed
-        tc.unnamed_frames.on_unnamed = explain.unstorable
-        for patch in _patches():
-            patch.start()
+        tc.start_all(
+            off=patches_off, save=_save_for_torch, on_install_failure=_install_failed, on_unnamed=explain.unstorable
+        )
         explain.begin(getattr(cache.writable, "path", None))
         if save_on_exit and not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
     return cache
-
-
-def _patches() -> tuple[tc._Patch, ...]:
-    """What `install()` patches in torch while installed, in start order."""
-    return (
-        tc.kernel_capture,
-        tc.probe_load_marks,
-        tc.autotune_capture,
-        tc.guard_evaluation,
-        tc.backend_capture,
-        tc.object_aliases,
-        tc.install_hardening,
-        tc.unbuildable_guards,
-        tc.source_pickling,
-        tc.unbound_global_names,
-        tc.lazy_kernel_templates,
-        tc.backend_setup_gc,
-        tc.guard_state_handoff,
-        tc.named_class_guards,
-        tc.guard_passes,
-        tc.guard_state_reducers,
-        tc.script_function_type_guards,
-        tc.guard_state_dump_errors,
-        tc.module_alias_recorder,
-        tc.unnamed_frames,
-        tc.comprehension_functions,
-        tc.device_type_union,
-    )
 
 
 def uninstall() -> None:
@@ -308,14 +275,9 @@ def uninstall() -> None:
         if _active is None:
             return
         tc.swap_dynamo_cache(None)
-        tc.PrecompileContext.save_to_dynamo_cache = _active.original_save  # type: ignore[method-assign]
         tc.set_caching_precompile(_active.was_enabled)
-        # Last started, first stopped: where two patches wrap one attribute
-        # (serialize_guards four, CompilePackage.install two) each puts back
-        # what it found.
         explain.end()
-        for patch in reversed(_patches()):
-            patch.stop()
+        tc.stop_all()
         _active = None
 
 
@@ -348,7 +310,7 @@ def _save_at_exit() -> None:
     active = _active
     if active is None or not active.save_on_exit:
         return
-    if not tc.PrecompileContext._dynamo_cache_entries:
+    if not tc.recorded_entries():
         return
     try:
         save()

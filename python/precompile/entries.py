@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from . import host_keys, kernels, module_aliases, triton_stubs
-from ._torch_compat import (
+from ._torch import (
     TORCH_MARKS_PROBES,
     TORCH_VERSION,
     TRITON_VERSION,

@@ -35,9 +35,9 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from . import _torch_compat as tc
-from .warning import PrecompileWarning
+from . import _torch as tc
 from .miss_log import MissLog
+from .warning import PrecompileWarning
 
 __all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]
 
@@ -141,7 +141,7 @@ def miss(
 
 def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> None:
     """Record that `entry` was installed for `key`."""
-    variants = sum(len(c.guarded_codes) for c in entry.dynamo.codes if not c.bypassed)
+    variants = tc.loaded_variant_count(entry.dynamo)
     tc.counters["precompile"]["frames_loaded"] += variants
     tc.counters["precompile"]["entries_loaded"] += 1
     with _warned:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from . import pickling
-from ._torch_compat import SerializedGraphModule
+from ._torch import SerializedGraphModule
 
 __all__ = [
     "deserialize_graph_module",

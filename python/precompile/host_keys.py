@@ -26,7 +26,7 @@ import os
 import sys
 import time
 
-from . import _torch_compat as tc
+from . import _torch as tc
 from ._core import blake3_hex
 from .paths import HOST_LOCAL_PREFIX
 from .protocols import ReadStore, WriteStore

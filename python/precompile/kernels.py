@@ -103,7 +103,7 @@ def autotune_relpath(path: str, cache_dir: str) -> str | None:
 def mark_probe_loaded(cache_dir: str, relpath: str) -> None:
     """Write the marker Inductor leaves beside an ISA probe that loaded.
 
-    See `_torch_compat.isa_probe_libraries` for why this is sound.
+    See `_torch.isa_probe_libraries` for why this is sound.
     """
     marker = os.path.join(cache_dir, validate_library_path(relpath)) + ".load_ok"
     if not os.path.exists(marker):

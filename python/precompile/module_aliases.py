@@ -26,7 +26,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from . import _torch_compat as tc
+from . import _torch as tc
 from . import object_paths
 
 __all__ = ["PREFIX", "carry", "code_names", "unresolved"]
@@ -44,7 +44,7 @@ def code_names(code: Any) -> Iterator[str]:
 
 def _aliases(code_entry: Any) -> set[str]:
     names: set[str] = set()
-    for guarded in code_entry.guarded_codes:
+    for guarded in tc.guarded_variants(code_entry):
         names.update(n for n in code_names(guarded.dynamo_code) if n.startswith(PREFIX))
     return names
 

@@ -19,6 +19,9 @@ with another field generates other code).
 A builtin or class Dynamo's generated code loads through a global it binds
 (`iter`, `collections.deque`): `object_path` gives `module:qualname` for it, and
 `resolve` finds it again in another process.
+
+The same walks decide whether pickle can carry a value by reference
+(`resolves_by_name`): this module is the one place that follows dotted names.
 """
 
 from __future__ import annotations
@@ -29,7 +32,18 @@ import sys
 import types
 from collections.abc import Iterator
 
-__all__ = ["generated", "is_object_path", "object_path", "owner_path", "resolve"]
+__all__ = [
+    "NOTHING",
+    "generated",
+    "is_object_path",
+    "lookup",
+    "names",
+    "object_path",
+    "owner_path",
+    "resolve",
+    "resolves_by_name",
+    "walk",
+]
 
 
 def generated(filename: str) -> bool:
@@ -79,12 +93,47 @@ def _classes(module: types.ModuleType) -> Iterator[type]:
 
 
 def _walk(root: object, path: str) -> object:
+    """`walk`, with None for a path that does not resolve."""
+    try:
+        return walk(root, path)
+    except AttributeError:
+        return None
+
+
+def walk(root: object, dotted: str) -> object:
+    """`root.a.b.c` for `dotted` "a.b.c"; AttributeError where a part is missing."""
     value = root
-    for part in path.split("."):
-        value = getattr(value, part, None)
-        if value is None:
-            return None
+    for part in dotted.split("."):
+        value = getattr(value, part)
     return value
+
+
+def names(module_name: object, qualname: object, value: object) -> bool:
+    """Whether the already imported `module_name`'s attribute path `qualname` is `value` in this process."""
+    if not isinstance(module_name, str) or not isinstance(qualname, str) or "<locals>" in qualname:
+        return False
+    try:
+        return walk(sys.modules.get(module_name), qualname) is value
+    except AttributeError:
+        return False
+
+
+def resolves_by_name(value: object) -> bool:
+    """Whether `value`'s module and qualified name lead back to `value` itself,
+    so pickle can carry it by reference (a local one never does)."""
+    return names(getattr(value, "__module__", None), getattr(value, "__qualname__", None), value)
+
+
+# What `lookup` returns for a name no class in the MRO (or the object) holds.
+NOTHING = object()
+
+
+def lookup(owner: object, name: str) -> object:
+    """What `owner.name` finds, without running a descriptor or `__getattr__`."""
+    for klass in owner.__mro__ if isinstance(owner, type) else (owner,):
+        if name in vars(klass):
+            return vars(klass)[name]
+    return NOTHING
 
 
 def object_path(value: object) -> str | None:

@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from . import _torch_compat as tc
+from . import _torch as tc
 from . import explain, module_aliases
 
 __all__ = [
@@ -97,7 +97,7 @@ def check(entry: tc.PrecompileCacheEntry) -> None:
         for bid in code.backend_ids:
             if bid not in entry.backends:
                 raise RestoreError("missing_backend", f"{name}: backend {bid} is not in the entry")
-        for i, guarded in enumerate(code.guarded_codes):
+        for i, guarded in enumerate(tc.guarded_variants(code)):
             try:
                 tc.load_guards_state(guarded.guards_state)
             except Exception as e:

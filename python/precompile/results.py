@@ -34,17 +34,19 @@ from typing import Any
 
 from . import graph as graph_codec
 from . import kernels, pickling
-from ._torch_compat import (
+from ._torch import (
+    GRAPH_JSON_FIELDS,
+    GRAPH_TIME_FIELDS,
+    TRITON_BUNDLE_FIELD,
     BundledAOTAutogradResult,
     CompiledFxGraph,
-    TritonBundle,
-    TritonKernelArtifact,
-    TritonKernelArtifacts,
     autotune_capture,
     inductor_cache_dir,
     kernel_capture,
     picklable_triton_bundle,
     register_library,
+    set_triton_bundle,
+    triton_bundle,
 )
 from .protocols import BatchRead, ReadStore, WriteStore
 from .schema import (
@@ -75,12 +77,10 @@ _GRAPH_TEXT_FIELDS = (
     "inductor_provenance_mapping_str",
     "inductor_provenance_stack_traces_str",
 )
-_GRAPH_JSON_FIELDS = ("_fx_graph_cache_debug_lines",)
 # Read on the load path as they are: everything else is a listing or debug
 # text, kept compressed (see `_pack`).
 _HOT_FIELDS = ("source_code",)
 _ZLIB_MAGIC = b"\x00precompile-zlib\x00"
-_GRAPH_TIME_FIELDS = ("_time_taken_ns",)
 _BACKEND_TEXT_FIELDS = (
     "aot_joint_graph_str",
     "aot_forward_graph_str",
@@ -195,12 +195,12 @@ class StoredGraph:
     @staticmethod
     def put(store: WriteStore, graph: CompiledFxGraph) -> str:
         """Store `graph`; returns its manifest digest."""
-        fields = _put_fields(store, graph, _GRAPH_TEXT_FIELDS, _GRAPH_JSON_FIELDS)
+        fields = _put_fields(store, graph, _GRAPH_TEXT_FIELDS, GRAPH_JSON_FIELDS)
         triton: list[TritonKernelRef] = []
         autotune: list[AutotuneRef] = []
         static_ref = None
         cache_dir = inductor_cache_dir()
-        bundle = getattr(graph, "_triton_bundle", None)
+        bundle = triton_bundle(graph)
         if bundle is not None:
             bundle = picklable_triton_bundle(bundle)
             for kernel in bundle.kernel_artifacts:
@@ -229,9 +229,9 @@ class StoredGraph:
                 libraries.append(LibraryRef(rel, store.put_file(path), key, cache_class))
 
         skeleton = copy.copy(graph)
-        for name in (*fields, "_triton_bundle"):
+        for name in (*fields, TRITON_BUNDLE_FIELD):
             setattr(skeleton, name, None)
-        _zero(skeleton, _GRAPH_TIME_FIELDS)
+        _zero(skeleton, GRAPH_TIME_FIELDS)
         meta = GraphMeta(
             skeleton=put_pickled(store, skeleton),
             fields=fields,
@@ -276,22 +276,19 @@ class StoredGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""
         meta, blobs = self.meta, self.blobs
         graph = load_pickled(meta.skeleton, blobs)
-        _restore_fields(graph, {n: blobs[d] for n, d in meta.fields.items()}, _GRAPH_JSON_FIELDS)
+        _restore_fields(graph, {n: blobs[d] for n, d in meta.fields.items()}, GRAPH_JSON_FIELDS)
         if meta.triton or meta.static_autotuners is not None:
-            graph._triton_bundle = TritonBundle(
-                kernel_artifacts=[
-                    TritonKernelArtifacts(
-                        kernel_hash=kernel.kernel_hash,
-                        device=kernel.device,
-                        artifacts=[
-                            TritonKernelArtifact(f.name, bytes(blobs[f.load]))
-                            for f in kernel.files
-                            if f.load is not None
-                        ],
+            set_triton_bundle(
+                graph,
+                (
+                    (
+                        kernel.kernel_hash,
+                        kernel.device,
+                        [(f.name, bytes(blobs[f.load])) for f in kernel.files if f.load is not None],
                     )
                     for kernel in meta.triton
-                ],
-                static_autotuners=[] if meta.static_autotuners is None else load_pickled(meta.static_autotuners, blobs),
+                ),
+                [] if meta.static_autotuners is None else load_pickled(meta.static_autotuners, blobs),
             )
         return graph
 

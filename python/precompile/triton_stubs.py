@@ -22,7 +22,7 @@ import os
 import re
 from typing import Any
 
-from . import _torch_compat as tc
+from . import _torch as tc
 from .protocols import WriteStore
 
 __all__ = ["loaded_stubs", "place", "put_stubs", "validate"]

@@ -25,7 +25,7 @@ def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
     other read of a guard state unpickles afresh."""
     import torch._dynamo.package as dynamo_package
 
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
 
     _sin_cos, x, expected = saved_sin_cos()
     entry = DynamoCache.load(_sin_cos)  # checked: each guard state unpickled once
@@ -72,7 +72,7 @@ def test_a_stored_guard_state_builds_the_manager_torchs_load_builds(store: Path)
     import torch._dynamo.package as dynamo_package
     from torch._guards import Guard
 
-    from precompile import _torch_compat as tc
+    from precompile import _torch as tc
 
     _sin_cos, x, expected = saved_sin_cos()
 

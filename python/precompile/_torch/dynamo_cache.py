@@ -1,0 +1,200 @@
+"""torch's DynamoCache and PrecompileContext: swapping the cache, what torch recorded, and the copies the store saves."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch._dynamo.package as dynamo_package
+from torch._dynamo.package import CompilePackage, _DynamoCacheEntry
+from torch._dynamo.precompile_context import PrecompileContext
+
+from .kernels import inductor_cache_dir
+from .patch import _Patch
+
+log = logging.getLogger(__name__)
+
+
+def record_for_mega_cache(key: str, pickled_entry: bytes) -> None:
+    """Record a pickled entry as torch's own DynamoCache does, so that
+    `torch.compiler.save_cache_artifacts()` carries it.
+
+    Newer torch records through `CacheArtifactRecorder`; older releases call
+    `CacheArtifactManager.record_artifact` directly.
+    """
+    import torch.compiler._cache as cache
+
+    kind = dynamo_package.PrecompileCacheArtifact.type()
+    recorder = getattr(cache, "CacheArtifactRecorder", None)
+    if recorder is not None:
+        recorder(kind, key).record(pickled_entry)
+    else:
+        cache.CacheArtifactManager.record_artifact(kind, key, pickled_entry)
+
+
+def debug_info(entries: dict[str, Any], backends: dict[Any, Any]) -> dict[str, Any]:
+    """What torch's `PrecompileContext.save_to_dynamo_cache()` returns for these records."""
+    return PrecompileContext.dump_debug_info(entries, backends)
+
+
+def bypassed_copy(entry: _DynamoCacheEntry, bypass: set[int]) -> _DynamoCacheEntry:
+    """`entry` with the codes at indices `bypass` marked bypassed.
+
+    torch's own stitching sets `bypassed` on the live code entry; the live
+    entry belongs to the compiling process (a later save would see the mark),
+    so this copies instead.
+    """
+    if not bypass:
+        return entry
+    codes = [dataclasses.replace(code, bypassed=True) if i in bypass else code for i, code in enumerate(entry.codes)]
+    return dataclasses.replace(entry, codes=codes)
+
+
+def entry_source_location(entry: _DynamoCacheEntry) -> tuple[str | None, str | None, int | None]:
+    """The compiled function's qualified name, source file and first line."""
+    qualname = getattr(entry, "fn_name", None)
+    line = getattr(entry, "fn_first_lineno", None)
+    source_file = None
+    for code in entry.codes:
+        module = sys.modules.get(getattr(code, "python_module", ""))
+        source_file = getattr(module, "__file__", None)
+        if source_file:
+            break
+    try:
+        line = int(line) if line is not None else None
+    except (TypeError, ValueError):
+        line = None
+    return qualname, source_file, line
+
+
+def caching_precompile() -> bool:
+    """Whether Dynamo records and looks up precompile entries."""
+    return bool(torch._dynamo.config.caching_precompile)
+
+
+def set_caching_precompile(on: bool) -> None:
+    torch._dynamo.config.caching_precompile = on
+
+
+def default_dynamo_dir() -> str:
+    """Where torch's own DiskDynamoCache keeps its entries."""
+    return os.path.join(inductor_cache_dir(), "dynamo")
+
+
+def source_id_from_fn(fn: Callable[..., Any]) -> str:
+    """The key torch's DynamoCache files a compiled function under."""
+    return CompilePackage.source_id_from_fn(fn)
+
+
+# Every method of torch's DynamoCache that reads or writes entries.
+_DYNAMO_CACHE_METHODS = (
+    "clear",
+    "write",
+    "_write_to_local_cache",
+    "read",
+    "save_cache_entry",
+    "save_package",
+    "load_cache_entry",
+    "load_package",
+    "save",
+    "load",
+    "load_and_install_package",
+    "path_prefix",
+)
+
+
+def swap_dynamo_cache(new: Any) -> Any:
+    """Make torch's DynamoCache object act as `new` (None: as itself again).
+
+    Code that imported the object before the swap (`from
+    torch._dynamo.package import DynamoCache`, as precompile_context and
+    user code do) holds the object, not the name, so the object itself is
+    changed: its entry methods become `new`'s, as instance attributes that
+    shadow its class's. Returns the object.
+    """
+    cache = dynamo_package.DynamoCache
+    for name in _DYNAMO_CACHE_METHODS:
+        cache.__dict__.pop(name, None)
+        if new is not None and hasattr(new, name):
+            setattr(cache, name, getattr(new, name))
+    return cache
+
+
+def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function `torch.compile` wraps, under its decorators."""
+    from torch._dynamo.eval_frame import innermost_fn as _innermost
+
+    return _innermost(fn)
+
+
+def recompiles_log() -> logging.Logger:
+    """torch's `recompiles` artifact logger: `TORCH_LOGS=recompiles` shows it."""
+    return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+
+
+def recorded_entries() -> dict[str, _DynamoCacheEntry]:
+    """The Dynamo entries torch recorded in this process, by key (live: not a copy)."""
+    entries: dict[str, _DynamoCacheEntry] = PrecompileContext._dynamo_cache_entries
+    return entries
+
+
+def recorded_backends() -> dict[str, Any]:
+    """The backend artifacts torch recorded in this process, by backend id (live: not a copy)."""
+    backends: dict[str, Any] = PrecompileContext._backend_artifacts_by_key
+    return backends
+
+
+def package_function(package: Any) -> Callable[..., Any] | None:
+    """The function a `CompilePackage` was made for, or None."""
+    return getattr(package, "_innermost_fn", None)
+
+
+def guarded_variants(code_entry: Any) -> list[Any]:
+    """A stored code's variants: one per guard set Dynamo compiled it for."""
+    return list(code_entry.guarded_codes)
+
+
+def loaded_variant_count(dynamo_entry: Any) -> int:
+    """How many compiled variants an entry's codes that are not bypassed hold."""
+    return sum(len(code.guarded_codes) for code in dynamo_entry.codes if not code.bypassed)
+
+
+class _SaveToDynamoCache(_Patch):
+    """Routes `PrecompileContext.save_to_dynamo_cache()` through the store.
+
+    torch's `save_cache_artifacts()` saves precompile entries by calling this
+    class method, which writes to torch's own DynamoCache only. While installed
+    it stitches and stores the store's way, and the entries also travel in the
+    Mega-Cache blob. Callers get torch's own return value, with the store's
+    report under its own key. Every supported torch (>= 2.11) needs it; it
+    steps aside (stays inactive) where torch has no such method.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._save: Callable[[], dict[str, Any]] | None = None
+
+    def set_save(self, save: Callable[[], dict[str, Any]]) -> None:
+        """What to run on a save: returns the report added under `precompile`."""
+        self._save = save
+
+    def _apply(self) -> None:
+        if "save_to_dynamo_cache" not in vars(PrecompileContext):
+            return
+        hook = self
+
+        def save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
+            info = debug_info(recorded_entries(), recorded_backends())
+            if hook._save is not None:
+                info["precompile"] = hook._save()
+            return info
+
+        self._replace(PrecompileContext, "save_to_dynamo_cache", classmethod(save_to_dynamo_cache))
+
+
+save_to_dynamo_cache = _SaveToDynamoCache()

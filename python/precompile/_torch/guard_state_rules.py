@@ -1,0 +1,300 @@
+"""The rules that pickle values a guard state holds: by value, by name, or left out when no guard reads them."""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import inspect
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .. import object_paths
+from .named_guards import _import_script_function, _script_function_name
+
+# The attribute names each object's guards read, by the object's id, while
+# `serialize_guards` saves a guard state on this thread.
+_attributes_read = threading.local()
+
+
+_Rule = Callable[[Any, Any], Any]
+
+
+def _read_by_guards(pickler: Any) -> Any:
+    """The ids of the values some guard of this state reads (torch's record)."""
+    return getattr(pickler, "guard_tree_values", None)
+
+
+def _function_by_value() -> _Rule | None:
+    """A function a guard walks through is saved by value.
+
+    A function whose module and qualified name do not import back to it
+    (every `functools.wraps` wrapper copies the wrapped function's names) is
+    saved as torch's `_Missing` placeholder. Where a guard's source walks
+    through such a function (transformers' stacked decorators: `L['func']
+    .__closure__[0].cell_contents.__closure__[3].cell_contents == False`),
+    rebuilding that guard on load raises on the placeholder, the install fails
+    and the frame compiles: Mistral, Gemma 2 and Phi-3 on torch 2.11. Newer
+    torch rebuilds such a function from its code (`_reduce_function_by_value`);
+    on a torch without that, a function some guard reaches is saved as torch
+    saves a nested function (code, names, defaults, closure, with the globals
+    of the module that defined it) and rebuilt as it was
+    (`_rebuild_guarded_function`); a function no guard reaches stays a
+    placeholder.
+    """
+    from torch._dynamo.guards import GuardsStatePickler
+
+    if hasattr(GuardsStatePickler, "_reduce_function_by_value"):
+        return None  # torch rebuilds them itself
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        read = _read_by_guards(pickler)
+        if not inspect.isfunction(obj) or read is None or id(obj) not in read:
+            return None
+        if "<locals>" in obj.__qualname__ or object_paths.resolves_by_name(obj):
+            return None
+        module_name = obj.__globals__.get("__name__")
+        module = sys.modules.get(module_name) if isinstance(module_name, str) else None
+        if module is None or vars(module) is not obj.__globals__:
+            return None
+        return _rebuild_guarded_function, (
+            obj.__code__,
+            module_name,
+            obj.__name__,
+            obj.__qualname__,
+            obj.__module__,
+            obj.__defaults__,
+            obj.__kwdefaults__,
+            obj.__closure__,
+        )
+
+    return rule
+
+
+def _script_function_by_name() -> _Rule | None:
+    """A module-level TorchScript function is saved by its module and name.
+
+    Neither torch's pickler nor pickle can save a `torch.jit.script`
+    function; a module-level one is its module's attribute under its Python
+    function's qualified name, so the loading process gets the same object
+    back (`_import_script_function`, which refuses anything but a script
+    function there). See `_ScriptFunctionTypeGuards` for its type guard.
+    """
+    script_function = getattr(torch.jit, "ScriptFunction", None)
+    if not isinstance(script_function, type):
+        return None
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        if isinstance(obj, script_function):
+            name = _script_function_name(obj)
+            if name is not None:
+                return _import_script_function, name
+        return None
+
+    return rule
+
+
+def _unguarded_bystander() -> _Rule | None:
+    """A context variable or lock no guard reads is left out of a guard state.
+
+    transformers' `capture_outputs` keeps its collector in a module-level
+    object that wraps a `ContextVar`; the frames that set it guard the
+    object's type and the keys of its `__dict__`, so its guard state carries
+    the object, and pickling that reaches the `ContextVar`. Neither a context
+    variable, its token or context, nor a thread lock can be pickled, so torch
+    bypassed every such frame on every version (on 2.11, any later variant of
+    transformers' shared `wrapper`). A value no guard reads is never looked at
+    when the guards are rebuilt: it is saved as torch's own `_Missing`
+    placeholder, as torch saves unguarded streams and weak references. One
+    that a guard does read is left to torch (a bypass).
+    """
+    import _thread
+
+    from torch._dynamo import guards
+
+    placeholder = getattr(guards, "_Missing", None)
+    if placeholder is None:
+        return None
+    kinds = (contextvars.ContextVar, contextvars.Token, contextvars.Context, _thread.LockType, _thread.RLock)
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        read = _read_by_guards(pickler)
+        if isinstance(obj, kinds) and read is not None and id(obj) not in read:
+            return placeholder, (f"unguarded {type(obj).__name__}",)
+        return None
+
+    return rule
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, not in C
+
+
+def _dict_subclass_items() -> _Rule | None:
+    """A dict subclass that rewrites keys in `__setitem__` keeps its keys.
+
+    Pickle rebuilds a dict subclass by setting each item through the class's
+    `__setitem__`: transformers' `_CanRecordRegistry` turns every key into
+    `str(key.__class__)`, so its saved keys all came back as `"<class 'str'>"`
+    and every guard on them failed. Such a dict is saved as its class, its
+    items and its attributes, and rebuilt with `dict.update`
+    (`_rebuild_dict_subclass`). A subclass of another C mapping
+    (`OrderedDict`, transformers' `ModelOutput`) is left to pickle.
+    """
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        kind = type(obj)
+        if kind is dict or not isinstance(obj, dict) or kind.__setitem__ is dict.__setitem__:
+            return None
+        # Only where dict is the one C base: a C mapping such as OrderedDict
+        # keeps its own order that `dict.update` would bypass.
+        if any(not base.__flags__ & _HEAP_TYPE for base in kind.__mro__ if base not in (dict, object)):
+            return None
+        if not object_paths.resolves_by_name(kind):
+            return None
+        return _rebuild_dict_subclass, (kind, list(dict.items(obj)), getattr(obj, "__dict__", None) or None)
+
+    return rule
+
+
+def _named_reads() -> _Rule | None:
+    """A module or class a guard walks into carries the data its guards read.
+
+    torch saves a Python module or a class by name, so each guard through
+    one (`G['config'].FLAG == 2`, `G['Config'].FLAG == 2`) would take its
+    expected value from whatever the loading process holds when the entry is
+    installed, not from what the compile saw: with `FLAG = 5` at install,
+    the stored code, traced with 2, ran (torch's own store does the same).
+    Such a module or class is saved by name together with the values of the
+    data attributes (numbers, strings, `None`, and containers of data) the
+    guards' sources take of it (`_attributes_of`). The loading process
+    compares them with what the name imports there (`_import_checked`); a
+    guard state whose module or class holds another value is not built
+    (`_UnbuildableGuards`): that variant refuses every call, and a call only
+    it would have served compiles. Functions, classes and other objects are
+    not compared, and an attribute the loading process lacks is left to the
+    guard build.
+    """
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        names = (getattr(_attributes_read, "current", None) or {}).get(id(obj))
+        if not names:
+            return None
+        if inspect.ismodule(obj):
+            module_name, qualname = obj.__name__, ""
+        elif isinstance(obj, type) and object_paths.resolves_by_name(obj):
+            module_name, qualname = obj.__module__, obj.__qualname__
+        else:
+            return None
+        kept = {}
+        for name in sorted(names):
+            value = object_paths.lookup(obj, name)
+            if value is not object_paths.NOTHING and _plain(value):
+                kept[name] = value
+        if not kept:
+            return None
+        return _import_checked, (module_name, qualname, kept)
+
+    return rule
+
+
+_REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
+    _function_by_value,
+    _script_function_by_name,
+    _unguarded_bystander,
+    _dict_subclass_items,
+    _named_reads,
+)
+
+
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Data whose equality says the guards built on it expect the same."""
+    if isinstance(value, _PLAIN):
+        return True
+    if depth > 4:
+        return False
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return all(_plain(v, depth + 1) for v in value)
+    if isinstance(value, dict):
+        return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
+    return False
+
+
+def _same(saved: Any, live: Any) -> bool:
+    """Whether `live` is data equal to `saved`, type, order and all."""
+    if saved is live:
+        return True
+    if type(saved) is not type(live):
+        return False
+    if isinstance(saved, (tuple, list)):
+        return len(saved) == len(live) and all(_same(a, b) for a, b in zip(saved, live))
+    if isinstance(saved, dict):
+        return list(saved) == list(live) and all(_same(v, live[k]) for k, v in saved.items())
+    try:
+        return bool(saved == live)
+    except Exception:  # noqa: BLE001 - an answer that cannot be had is a difference
+        return False
+
+
+# What `_import_checked` found changed, per thread, while a guard state
+# unpickles (`unpickle_guards_state`); None outside one.
+_changed_reads = threading.local()
+
+
+def _import_checked(module_name: str, qualname: str, saved: dict[str, Any]) -> Any:
+    """The module (`qualname` empty) or class `_named_reads` saved, by name, its
+    guarded data compared with what it holds here."""
+    owner = importlib.import_module(module_name)
+    if qualname:
+        owner = object_paths.walk(owner, qualname)
+    found = getattr(_changed_reads, "found", None)
+    if found is not None:
+        for name, value in saved.items():
+            live = object_paths.lookup(owner, name)
+            # One it lacks here is left to the guard build (Dynamo sets some
+            # of its own marks on classes as it compiles).
+            if live is not object_paths.NOTHING and not _same(value, live):
+                found.append(
+                    f"{qualname or module_name}.{name} is {repr(live)[:80]}, the compile saw {repr(value)[:80]}"
+                )
+    return owner
+
+
+def _rebuild_dict_subclass(cls: type, items: list[tuple[Any, Any]], attributes: dict[str, Any] | None) -> Any:
+    """A dict subclass `_dict_subclass_items` saved, its items as they were."""
+    rebuilt = dict.__new__(cls)  # type: ignore[call-overload]
+    dict.update(rebuilt, items)
+    if attributes:
+        vars(rebuilt).update(attributes)
+    return rebuilt
+
+
+def _rebuild_guarded_function(
+    code: types.CodeType,
+    scope: str,
+    name: str,
+    qualname: str,
+    module: Any,
+    defaults: tuple[Any, ...] | None,
+    kwdefaults: dict[str, Any] | None,
+    closure: tuple[types.CellType, ...] | None,
+) -> types.FunctionType:
+    """A function `_function_by_value` saved, with the names it had.
+
+    torch's `_unpickle_nested_function` passes the qualified name where
+    `FunctionType` takes `__name__`, so a guard on `fn.__name__` (torch 2.13
+    guards `func.__name__` in transformers' `deprecate_kwarg` wrapper) fails
+    every call. `__module__` is the wrapped function's (functools.wraps
+    copied it), `scope` the module whose globals the code runs in.
+    """
+    fn = types.FunctionType(code, importlib.import_module(scope).__dict__, name, defaults, closure)
+    fn.__qualname__ = qualname
+    fn.__module__ = module
+    fn.__kwdefaults__ = kwdefaults
+    return fn

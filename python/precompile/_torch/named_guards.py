@@ -1,0 +1,158 @@
+"""Guards on classes and TorchScript functions that a fresh process can check by name."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import threading
+from typing import Any
+
+import torch
+
+from .. import object_paths
+from .patch import _Patch
+
+
+def _named_class(value: Any) -> bool:
+    """Whether `value` is a class that pickles by reference."""
+    return isinstance(value, type) and object_paths.resolves_by_name(value)
+
+
+class _NamedClassGuards(_Patch):
+    """Serialize CLASS_MATCH guards on classes that are importable by name.
+
+    torch refuses to serialize any CLASS_MATCH guard (an identity check on a
+    class, e.g. transformers' encoder-decoders guard `type(self.config)`) and
+    saves such a frame without compiled code, so no cache can serve it. For a
+    class that pickles by reference the guard carries across processes
+    exactly as TYPE_MATCH does, which torch does serialize: the loading
+    process rebuilds it from the saved scope, where the class is the one its
+    name imports, and checks identity against it. While installed, a guard
+    list whose CLASS_MATCH guards are all on such classes is serialized;
+    anything else (a local class, a CLASS_MATCH only derived from another
+    guard) is refused as torch refuses it. No guard is dropped or weakened.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
+        original = CheckFunctionManager.__dict__.get("serialize_guards")
+        if not isinstance(unsupported, tuple) or "CLASS_MATCH" not in unsupported or original is None:
+            return  # a torch that serializes them already, or that we do not know
+        lock = self._lock
+
+        @functools.wraps(original)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            if not _class_matches_are_named(builder, sorted_guards):
+                return original(self, builder, sorted_guards, *args, **kwargs)
+            with lock:
+                kept = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+                CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = tuple(
+                    t for t in kept if t != "CLASS_MATCH"
+                )
+                try:
+                    return original(self, builder, sorted_guards, *args, **kwargs)
+                finally:
+                    CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
+
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+def _class_matches_are_named(builder: Any, guards: Any) -> bool:
+    """True when the list has CLASS_MATCH guards and every one is on a named
+    class, and no other guard merely derives a CLASS_MATCH."""
+    found = False
+    for guard in guards:
+        derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
+        if guard.create_fn_name() == "CLASS_MATCH":
+            try:
+                value = builder.get(guard)
+            except Exception:
+                return False
+            if not _named_class(value):
+                return False
+            found = True
+        elif "CLASS_MATCH" in derived:
+            return False
+    return found
+
+
+named_class_guards = _NamedClassGuards()
+
+
+class _ScriptFunctionTypeGuards(_Patch):
+    """The type guard of a module-level TorchScript function is serialized.
+
+    Dynamo inlines a `torch.jit.script` function through the Python function
+    it was scripted from and guards the global's type (`TYPE_MATCH` on
+    `G['scaled_size_sqrt']` in DeBERTa-v2). torch takes the type for a local
+    class (pybind names it `torch.jit.ScriptFunction`, a qualified name that
+    differs from its name) and bypasses the frame on every version, so no
+    cache can serve it. The type is torch's own, the same in every process,
+    and the function itself is saved by name (`_script_function_by_name`):
+    while installed, the mark is lifted from such a guard for the one call
+    that serializes it. One that does not resolve by name is left to torch (a
+    bypass).
+    """
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        script_function = getattr(torch.jit, "ScriptFunction", None)
+        serialize = vars(CheckFunctionManager).get("serialize_guards")
+        if not callable(serialize) or not isinstance(script_function, type):
+            return
+
+        @functools.wraps(serialize)
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            # The guards are this compile's own objects: the mark is lifted
+            # for the one call that serializes them, then put back.
+            lifted = [g for g in sorted_guards if _types_a_named_script_function(builder, g, script_function)]
+            marks = [g._unserializable for g in lifted]
+            for guard in lifted:
+                guard._unserializable = None
+            try:
+                return serialize(self, builder, sorted_guards, *args, **kwargs)
+            finally:
+                for guard, mark in zip(lifted, marks):
+                    guard._unserializable = mark
+
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+script_function_type_guards = _ScriptFunctionTypeGuards()
+
+
+def _types_a_named_script_function(builder: Any, guard: Any, script_function: type) -> bool:
+    """Whether `guard` is a type guard torch marked unserializable only because
+    it checks the type of a script function `_script_function_name` names."""
+    if not getattr(guard, "_unserializable", None) or guard.create_fn_name() not in ("TYPE_MATCH", "BUILTIN_MATCH"):
+        return False
+    try:
+        value = builder.get(guard)
+    except Exception:  # noqa: BLE001 - a value that cannot be read stays torch's to refuse
+        return False
+    return type(value) is script_function and _script_function_name(value) is not None
+
+
+def _script_function_name(fn: Any) -> tuple[str, str] | None:
+    """The (module, qualified name) that import back to script function `fn`."""
+    source = getattr(fn, "_torchdynamo_inline", None)  # the function it was scripted from
+    module_name = getattr(source, "__module__", None)
+    qualname = getattr(source, "__qualname__", None)
+    return (module_name, qualname) if object_paths.names(module_name, qualname, fn) else None  # type: ignore[return-value]
+
+
+def _import_script_function(module_name: str, qualname: str) -> Any:
+    """The script function `_script_function_by_name` saved, from its module."""
+    import torch
+
+    fn = object_paths.walk(importlib.import_module(module_name), qualname)
+    if not isinstance(fn, torch.jit.ScriptFunction):
+        raise TypeError(f"{module_name}.{qualname} is a {type(fn).__name__} now, not the saved TorchScript function")
+    return fn

@@ -1,0 +1,54 @@
+"""The `_Patch` base: an adaptation of torch that holds while a store is installed, and steps aside when torch needs none."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class _Patch:
+    """An adaptation of torch that holds while a store is installed.
+
+    A subclass replaces attributes of torch's classes and modules in
+    `_apply`, each through `_replace`, which keeps the original; `stop()`
+    puts every original back, last replaced first. `_apply` may replace
+    nothing (a torch that needs no adaptation, or one it does not know):
+    the patch then stays inactive. Starting an active patch does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self._saved)
+
+    def start(self) -> None:
+        if not self._saved:
+            self._apply()
+
+    def stop(self) -> None:
+        while self._saved:
+            owner, name, original = self._saved.pop()
+            setattr(owner, name, original)
+        self._stopped()
+
+    def original(self, owner: Any, name: str) -> Any:
+        """What `owner.name` was before this patch replaced it."""
+        for saved_owner, saved_name, original in self._saved:
+            if saved_owner is owner and saved_name == name:
+                return original
+        raise KeyError(name)
+
+    def _apply(self) -> None:
+        raise NotImplementedError
+
+    def _stopped(self) -> None:
+        """Drop what the patch kept while active."""
+
+    def _replace(self, owner: Any, name: str, value: Any) -> Any:
+        """Set `owner.name` to `value` (a class or module's own attribute,
+        descriptor and all) and return the original."""
+        original = vars(owner)[name]
+        self._saved.append((owner, name, original))
+        setattr(owner, name, value)
+        return original

@@ -1,0 +1,138 @@
+"""Every patch `install()` starts, in start order, and what each is doing on this torch.
+
+Patches start in the order below and stop in reverse: where two patches wrap
+one attribute (`serialize_guards` four, `CompilePackage.install` two), each
+puts back what it found.
+
+`PRECOMPILE_PATCHES_OFF=name,name` leaves the named patches unstarted, to see
+what torch does without one of them (a diagnosis aid: the store may then miss
+or bypass frames that patch makes storable). An unknown name raises
+`ValueError` at install.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from .aliases import module_alias_recorder, object_aliases
+from .dynamo_cache import save_to_dynamo_cache
+from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
+from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
+from .guards import guard_evaluation, guard_passes, unbuildable_guards
+from .install import backend_capture, backend_setup_gc, install_hardening
+from .kernels import autotune_capture, kernel_capture
+from .named_guards import named_class_guards, script_function_type_guards
+from .patch import _Patch
+from .probes import probe_load_marks
+from .templates import lazy_kernel_templates
+
+__all__ = ["OFF_ENV", "PatchStatus", "patches", "patches_off", "report", "start_all", "stop_all"]
+
+OFF_ENV = "PRECOMPILE_PATCHES_OFF"
+
+_PATCHES: tuple[tuple[str, _Patch], ...] = (
+    ("save_to_dynamo_cache", save_to_dynamo_cache),
+    ("kernel_capture", kernel_capture),
+    ("probe_load_marks", probe_load_marks),
+    ("autotune_capture", autotune_capture),
+    ("guard_evaluation", guard_evaluation),
+    ("backend_capture", backend_capture),
+    ("object_aliases", object_aliases),
+    ("install_hardening", install_hardening),
+    ("unbuildable_guards", unbuildable_guards),
+    ("source_pickling", source_pickling),
+    ("unbound_global_names", unbound_global_names),
+    ("lazy_kernel_templates", lazy_kernel_templates),
+    ("backend_setup_gc", backend_setup_gc),
+    ("guard_state_handoff", guard_state_handoff),
+    ("named_class_guards", named_class_guards),
+    ("guard_passes", guard_passes),
+    ("guard_state_reducers", guard_state_reducers),
+    ("script_function_type_guards", script_function_type_guards),
+    ("guard_state_dump_errors", guard_state_dump_errors),
+    ("module_alias_recorder", module_alias_recorder),
+    ("unnamed_frames", unnamed_frames),
+    ("comprehension_functions", comprehension_functions),
+    ("device_type_union", device_type_union),
+)
+
+# Names left unstarted by the last `start_all` (from `OFF_ENV`).
+_turned_off: frozenset[str] = frozenset()
+_started = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PatchStatus:
+    """One patch as this process has it."""
+
+    name: str
+    active: bool
+    # The first line of the patch's docstring: what torch lacks or does wrong.
+    summary: str
+    # Why an inactive patch is inactive; empty while active.
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def patches() -> tuple[tuple[str, _Patch], ...]:
+    """(name, patch) for every patch, in start order."""
+    return _PATCHES
+
+
+def patches_off() -> frozenset[str]:
+    """The patch names `OFF_ENV` turns off; ValueError for a name no patch has."""
+    raw = os.environ.get(OFF_ENV, "")
+    names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+    unknown = sorted(names - {name for name, _ in _PATCHES})
+    if unknown:
+        raise ValueError(f"{OFF_ENV} names no patch called {', '.join(unknown)}")
+    return names
+
+
+def start_all(
+    *,
+    off: frozenset[str] = frozenset(),
+    save: Callable[[], dict[str, Any]],
+    on_install_failure: Callable[[Any, BaseException], None],
+    on_unnamed: Callable[[Any, BaseException], None],
+) -> None:
+    """Start every patch not turned off, in order, with the store's callbacks."""
+    global _turned_off, _started
+    save_to_dynamo_cache.set_save(save)
+    install_hardening.set_on_failure(on_install_failure)
+    unnamed_frames.set_on_unnamed(on_unnamed)
+    for name, patch in _PATCHES:
+        if name not in off:
+            patch.start()
+    _turned_off = off
+    _started = True
+
+
+def stop_all() -> None:
+    """Stop every patch, last started first."""
+    global _started
+    for _, patch in reversed(_PATCHES):
+        patch.stop()
+    _started = False
+
+
+def report() -> list[PatchStatus]:
+    """Each patch in start order: active or not, and why not."""
+    statuses = []
+    for name, patch in _PATCHES:
+        doc = (type(patch).__doc__ or "").strip().splitlines()
+        if patch.active:
+            reason = ""
+        elif not _started:
+            reason = "not installed"
+        elif name in _turned_off:
+            reason = f"turned off by {OFF_ENV}"
+        else:
+            reason = "this torch needs no adaptation"
+        statuses.append(PatchStatus(name, patch.active, doc[0] if doc else "", reason))
+    return statuses
