@@ -4,13 +4,13 @@ and `PRECOMPILE_PATCHES_OFF` for turning one off."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from support.processes import child_env, run_precompile
 
 pytestmark = pytest.mark.torch
 
@@ -20,7 +20,7 @@ def _run(script: str, tmp_path: Path, **env: str) -> subprocess.CompletedProcess
         [sys.executable, "-c", textwrap.dedent(script), str(tmp_path / "store")],
         capture_output=True,
         text=True,
-        env={**os.environ, **env},
+        env=child_env(env),
         timeout=300,
     )
 
@@ -91,3 +91,36 @@ def test_an_unknown_patch_name_fails_install_before_anything_changes(tmp_path: P
     proc = _run(script, tmp_path, PRECOMPILE_PATCHES_OFF="no_such_patch")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "PRECOMPILE_PATCHES_OFF names no patch called no_such_patch"
+
+
+def test_doctor_reports_the_patches_install_starts(tmp_path: Path) -> None:
+    proc = _run(_REPORT, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    during = json.loads(proc.stdout)["during"]
+    doctor = run_precompile("doctor", "--json")
+    assert doctor.returncode == 0, doctor.stderr
+    doc = json.loads(doctor.stdout)
+    import torch
+
+    assert doc["torch"] == torch.__version__
+    assert doc["patches"] == during
+    text = run_precompile("doctor")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    active = sum(s["active"] for s in during)
+    assert f"torch patches active on this host: {active} of {len(during)}" in lines
+    for status in during:
+        state = "active" if status["active"] else "inactive"
+        assert any(line.split()[:2] == [state, status["name"]] for line in lines), status["name"]
+
+
+def test_doctor_says_which_patches_are_turned_off() -> None:
+    doctor = run_precompile("doctor", "--json", env={"PRECOMPILE_PATCHES_OFF": "install_hardening"})
+    assert doctor.returncode == 0, doctor.stderr
+    (status,) = [s for s in json.loads(doctor.stdout)["patches"] if s["name"] == "install_hardening"]
+    assert status["active"] is False
+    assert status["reason"] == "turned off by PRECOMPILE_PATCHES_OFF"
+    bad = run_precompile("doctor", env={"PRECOMPILE_PATCHES_OFF": "no_such_patch"})
+    assert bad.returncode == 1
+    assert bad.stdout == ""
+    assert bad.stderr.strip() == "precompile: error: PRECOMPILE_PATCHES_OFF names no patch called no_such_patch"

@@ -3,7 +3,7 @@
     precompile [--store PATH] COMMAND [--json] ...
 
 COMMAND is one of ls, show, stats, verify, gc, export, import, du, keygen, explain,
-push, pull (see `remote`; stats and gc also take `--remote URL`); `--store`
+doctor, push, pull (see `remote`; stats and gc also take `--remote URL`); `--store`
 may also name a bundle file for the read-only commands. The read commands
 take `--json` and then print one JSON document on stdout. Progress bars go
 to stderr and only appear on a terminal.
@@ -28,6 +28,7 @@ from rich.markup import escape
 from .. import paths
 from .._core import StoreError, __version__
 from .console import emit_json, err, out
+from .doctor import cmd_doctor
 from .entries import cmd_du, cmd_ls, cmd_show, cmd_stats
 from .maintenance import cmd_export, cmd_gc, cmd_import, cmd_keygen, cmd_verify
 from .remote import add_commands, cmd_gc_remote, cmd_stats_remote
@@ -123,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
     command(
         "explain", cmd_explain, "why the last run compiled: the store's loads and misses, with the failed guards"
     ).add_argument("--all", action="store_true", help="every run the record file keeps, not only the last")
+    command("doctor", cmd_doctor, "versions, and which torch patches install() starts on this host and why")
     sub.add_parser(
         "demo",
         help="compile a model into the store, then warm-start it in a fresh process",
@@ -138,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "keygen":  # needs no store
             return cmd_keygen(args)
+        if args.command == "doctor":
+            return cmd_doctor(args)
         if getattr(args, "remote", None) and args.command in ("stats", "gc"):
             run = cmd_stats_remote if args.command == "stats" else cmd_gc_remote
             return int(run(args, out))
