@@ -98,9 +98,9 @@ def test_kernel_capture_attributes_each_library_to_the_graph_loading_it(store: P
         PyCodeCache.load_by_key_path(graph_key, str(module))
         return tc.kernel_capture.libraries_for(graph_key)
 
-    assert libraries("graphon") == [(os.path.abspath(library), "lib", "CppCodeCache")]
+    assert libraries("precompile_test_graph_on") == [(os.path.abspath(library), "lib", "CppCodeCache")]
     with off(tc.kernel_capture):
-        assert libraries("graphoff") == []
+        assert libraries("precompile_test_graph_off") == []
 
 
 def test_probe_load_marks_trust_a_marked_probe(store: Path, tmp_path: Path) -> None:
