@@ -1,0 +1,326 @@
+"""One test per torch patch of kernels, probes, caches and installs: each
+shows what the patch adapts with the store installed, then turns that one
+patch off and shows the same check fail. A patch this torch leaves inactive
+(torch needs no adaptation) skips its test. The guard and frame patches are
+in test_patches_guards.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+import subprocess
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from patch_switches import off, require, tc
+from torch._C._dynamo.eval_frame import _reset_precompile_entries
+from torch._dynamo.precompile_context import PrecompileContext
+from torch._dynamo.utils import counters
+
+import precompile
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def inductor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One Inductor cache for the module: a graph compiled twice is built once."""
+    return tmp_path_factory.mktemp("inductor")
+
+
+def _reset(*fns: Callable[..., object]) -> None:
+    """Forget compiled and loaded code, as a fresh process would start."""
+    torch._dynamo.reset()
+    PrecompileContext.clear()
+    for fn in fns:
+        _reset_precompile_entries(fn.__code__)
+    counters.clear()
+
+
+@pytest.fixture
+def store(tmp_path: Path, inductor_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
+    _reset()
+    path = tmp_path / "store"
+    with precompile.installed(path, save_on_exit=False):
+        yield path
+    _reset()
+
+
+# A module switch the guards of `_switched` read, saved by name with its value.
+_switches = types.ModuleType("precompile_patch_switches")
+_switches.FAST = True  # type: ignore[attr-defined]
+sys.modules[_switches.__name__] = _switches
+
+
+def _switched(x: torch.Tensor) -> torch.Tensor:
+    return x + 1 if _switches.FAST else x - 1
+
+
+def _sin_plus(x: torch.Tensor) -> torch.Tensor:
+    return x.sin() + 1
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory, inductor_dir: Path) -> Iterator[Path]:
+    """A store holding `_sin_plus` and `_switched` compiled by Inductor."""
+    path = tmp_path_factory.mktemp("saved") / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
+        _reset(_sin_plus, _switched)
+        with precompile.installed(path, save_on_exit=False):
+            x = torch.ones(3)
+            torch.compile(_sin_plus)(x)
+            torch.compile(_switched)(x)
+            assert len(precompile.save().entries) == 2
+        _reset(_sin_plus, _switched)
+    yield path
+
+
+def test_kernel_capture_attributes_each_library_to_the_graph_loading_it(store: Path, tmp_path: Path) -> None:
+    require(tc.kernel_capture)
+    from torch._inductor.codecache import PyCodeCache
+
+    library = torch._C.__file__  # any loadable shared library serves
+
+    def libraries(graph_key: str) -> list[tuple[str, str, str]]:
+        # A graph's module loads its C++ kernels while it executes.
+        module = tmp_path / f"{graph_key}.py"
+        module.write_text(
+            f"from torch._inductor.codecache import CppCodeCache\nCppCodeCache._load_library({library!r}, 'lib')\n"
+        )
+        PyCodeCache.load_by_key_path(graph_key, str(module))
+        return tc.kernel_capture.libraries_for(graph_key)
+
+    assert libraries("precompile_test_graph_on") == [(os.path.abspath(library), "lib", "CppCodeCache")]
+    with off(tc.kernel_capture):
+        assert libraries("precompile_test_graph_off") == []
+
+
+def test_probe_load_marks_trust_a_marked_probe(store: Path, tmp_path: Path) -> None:
+    require(tc.probe_load_marks)
+    from torch._inductor import cpu_vec_isa
+
+    # Not a library: only a trusted marker lets its probe pass.
+    library = tmp_path / "probe.so"
+    library.write_bytes(b"not a library")
+    (tmp_path / "probe.so.load_ok").touch()
+    program = cpu_vec_isa.VecISA._avx_py_load.replace("__lib_path__", str(library))
+    command = [sys.executable, "-c", program]
+
+    assert cpu_vec_isa.subprocess.check_call(command) == 0
+    with off(tc.probe_load_marks):
+        with pytest.raises(subprocess.CalledProcessError):
+            cpu_vec_isa.subprocess.check_call(command, stderr=subprocess.DEVNULL)
+
+
+def test_autotune_capture_records_each_result_file(store: Path, tmp_path: Path) -> None:
+    require(tc.autotune_capture)
+    triton = pytest.importorskip("triton")
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    config = triton.Config({"XBLOCK": 64}, num_warps=4, num_stages=1)
+
+    def saved_result(name: str, binary: str) -> str:
+        (tmp_path / name).parent.mkdir(parents=True)
+        cache = AutotuneCache.create({}, str(tmp_path / name), "configs-hash")
+        assert cache is not None and cache.local_cache is not None
+        cache.save(config, 1_000_000, triton_cache_hash=binary)
+        return cache.local_cache[1]
+
+    written = saved_result("ab/con.py", "BINARYON")
+    assert tc.autotune_capture.paths_for("BINARYON") == [written]
+    with off(tc.autotune_capture):
+        assert Path(saved_result("cd/coff.py", "BINARYOFF")).is_file()
+        assert tc.autotune_capture.paths_for("BINARYOFF") == []
+
+
+def test_guard_evaluation_refuses_an_expression_outside_the_allowlist(store: Path) -> None:
+    require(tc.guard_evaluation)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    shape_env = ShapeEnv()
+    unsafe = "L['t0'].__class__ is int"  # `eval` runs it; the allowlist has no dunder attribute
+    assert shape_env.evaluate_guards_expression("L['t0'] == 3", [3]) is True
+    assert shape_env.evaluate_guards_expression(unsafe, [3]) is False
+    assert counters["precompile"]["guards_refused"] == 1
+    with off(tc.guard_evaluation):
+        assert shape_env.evaluate_guards_expression(unsafe, [3]) is True
+    assert counters["precompile"]["guards_refused"] == 1
+
+
+def test_backend_capture_records_a_hit_torch_did_not(store: Path) -> None:
+    """On CPU torch records its own hits; the CUDA path that does not is
+    stood in for by a lookup that serves a result and records nothing."""
+    require(tc.backend_capture)
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCache
+
+    served = ("served result", None)
+
+    def lookup(key: str, local: bool, remote: bool, args: object, cache_info: object, aot_config: object) -> object:
+        return served
+
+    def hit(backend_id: str) -> object:
+        config = types.SimpleNamespace(precompile_backend_id=backend_id)
+        assert AOTAutogradCache._lookup("key", True, False, [], {}, config) is served
+        return PrecompileContext.serialize_artifact_by_key(backend_id)
+
+    tc.backend_capture.stop()
+    torchs = vars(AOTAutogradCache)["_lookup"]
+    AOTAutogradCache._lookup = staticmethod(lookup)  # the stand-in is now torch's lookup
+    try:
+        tc.backend_capture.start()
+        assert hit("backend-on") is not None
+        assert counters["precompile"]["backends_captured"] == 1
+        tc.backend_capture.stop()
+        assert hit("backend-off") is None
+    finally:
+        tc.backend_capture.stop()
+        AOTAutogradCache._lookup = torchs
+        tc.backend_capture.start()
+
+
+def _deque_of(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def test_object_aliases_binds_a_class_alias_at_install(store: Path, tmp_path: Path) -> None:
+    """A package holding a `module:qualname` alias, as Dynamo records for a
+    class it binds under `___module_*`: torch imports every alias as a module."""
+    require(tc.object_aliases)
+    from torch._dynamo.package import CompilePackage, DiskDynamoStore
+
+    disk = DiskDynamoStore()
+    path = str(tmp_path / "by-hand")
+    package = CompilePackage(_deque_of)
+    torch._dynamo.optimize(backend="eager", package=package)(_deque_of)(torch.ones(2))
+    for backend_id, backend in package.cached_backends.items():
+        disk.record_eager_backend(backend_id, backend)
+    disk.save_package(package, path)
+    module = sys.modules[__name__]
+
+    def bound_alias() -> object:
+        _reset(_deque_of)
+        loaded, backends = disk.load_package(_deque_of, path)
+        for entry in loaded._codes.values():
+            entry.import_sources["___module_precompile_deque"] = "collections:deque"
+        try:
+            loaded.install(backends)
+            return vars(module)["___module_precompile_deque"]
+        finally:
+            loaded.uninstall()
+            vars(module).pop("___module_precompile_deque", None)
+            _reset(_deque_of)
+
+    assert bound_alias() is collections.deque
+    with off(tc.object_aliases):
+        with pytest.raises(ModuleNotFoundError, match="collections:deque"):
+            bound_alias()
+
+
+def test_install_hardening_turns_a_failed_install_into_a_compile(
+    saved: Path, inductor_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
+    original = precompile.StoreDynamoCache.load
+
+    def damaged(self: precompile.StoreDynamoCache, fn: object) -> object:
+        # A guard state that no longer unpickles, as when it names something
+        # this process lacks.
+        entry = original(self, fn)
+        for code in entry.dynamo.codes:
+            for guarded in code.guarded_codes:
+                guarded.guards_state = b"\x80\x05not a pickle"
+        return entry
+
+    monkeypatch.setattr(precompile.StoreDynamoCache, "load", damaged)
+    x = torch.ones(3)
+    with precompile.installed(saved, save_on_exit=False):
+        require(tc.install_hardening)
+        _reset(_sin_plus)
+        with pytest.warns(precompile.PrecompileWarning, match="install_failed"):
+            torch.testing.assert_close(torch.compile(_sin_plus)(x), _sin_plus(x))
+        assert counters["precompile"]["install_failed"] == 1
+        _reset(_sin_plus)
+        try:
+            with off(tc.install_hardening):
+                with pytest.raises(pickle.UnpicklingError):
+                    torch.compile(_sin_plus)(x)
+        finally:
+            _reset(_sin_plus)
+
+
+def test_unbuildable_guards_refuse_a_variant_whose_saved_data_changed(
+    saved: Path, inductor_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
+    monkeypatch.setattr(_switches, "FAST", False)  # saved with True
+    x = torch.ones(3)
+    with precompile.installed(saved, save_on_exit=False):
+        require(tc.unbuildable_guards)
+        _reset(_switched)
+        try:
+            with pytest.warns(precompile.PrecompileWarning, match="guard_failed"):
+                torch.testing.assert_close(torch.compile(_switched)(x), x - 1)
+            assert counters["precompile"]["variants_unbuildable"] == 1
+            _reset(_switched)
+            with off(tc.unbuildable_guards):
+                # torch rebuilds the guard on the value it finds and runs the
+                # code traced with the saved one.
+                torch.testing.assert_close(torch.compile(_switched)(x), x + 1)
+            assert counters["precompile"]["variants_unbuildable"] == 0
+        finally:
+            _reset(_switched)
+
+
+def test_lazy_kernel_templates_compile_on_first_use(store: Path) -> None:
+    require(tc.lazy_kernel_templates)
+    from torch._inductor.codegen.common import KernelTemplate
+
+    template = KernelTemplate._template_from_string("{{ n }} blocks")
+    assert isinstance(template, tc._LazyTemplate) and template._template is None
+    assert template.render(n=2) == "2 blocks"
+    with off(tc.lazy_kernel_templates):
+        built = KernelTemplate._template_from_string("{{ n }} blocks")
+        assert not isinstance(built, tc._LazyTemplate)
+        assert built.render(n=2) == "2 blocks"
+
+
+def test_backend_setup_gc_defers_full_collections(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    require(tc.backend_setup_gc)
+    import gc
+
+    seen: list[int] = []
+    setup = torch._TorchCompileInductorWrapper.get_compiler_config
+
+    def spy(self: object) -> object:
+        seen.append(gc.get_threshold()[2])
+        return setup(self)
+
+    monkeypatch.setattr(torch._TorchCompileInductorWrapper, "get_compiler_config", spy)
+    before = gc.get_threshold()[2]
+    deferred = max(before, getattr(torch._dynamo.config, "gc_gen2_threshold_during_compile", None) or 1000)
+    assert deferred != before, "full collections are deferred already outside torch.compile"
+    torch.compile(_sin_plus)  # backend setup runs as torch.compile wraps
+    with off(tc.backend_setup_gc):
+        torch.compile(_sin_plus)
+    assert seen == [deferred, before]
+
+
+def test_guard_state_handoff_gives_install_the_checked_state(store: Path) -> None:
+    require(tc.guard_state_handoff)
+    import torch._dynamo.package as dynamo_package
+
+    data = pickle.dumps({"state": 1})
+    checked = tc.load_guards_state(data)
+    assert dynamo_package.load_guards_state(data) is checked
+    with off(tc.guard_state_handoff):
+        checked = tc.load_guards_state(data)
+        again = dynamo_package.load_guards_state(data)
+        assert again == checked and again is not checked
