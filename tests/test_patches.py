@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from patch_switches import off, require, tc
+from support.patches import off, require, tc
 from torch._C._dynamo.eval_frame import _reset_precompile_entries
 from torch._dynamo.precompile_context import PrecompileContext
 from torch._dynamo.utils import counters
 
 import precompile
+from precompile._torch.templates import _LazyTemplate as LazyTemplate
 
 pytestmark = pytest.mark.torch
 
@@ -284,11 +285,11 @@ def test_lazy_kernel_templates_compile_on_first_use(store: Path) -> None:
     from torch._inductor.codegen.common import KernelTemplate
 
     template = KernelTemplate._template_from_string("{{ n }} blocks")
-    assert isinstance(template, tc._LazyTemplate) and template._template is None
+    assert isinstance(template, LazyTemplate) and template._template is None
     assert template.render(n=2) == "2 blocks"
     with off(tc.lazy_kernel_templates):
         built = KernelTemplate._template_from_string("{{ n }} blocks")
-        assert not isinstance(built, tc._LazyTemplate)
+        assert not isinstance(built, LazyTemplate)
         assert built.render(n=2) == "2 blocks"
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 import torch
-from patch_switches import off, require, tc
+from support.patches import off, require, tc
 from torch._C._dynamo.eval_frame import _reset_precompile_entries
 from torch._dynamo.precompile_context import PrecompileContext
 from torch._dynamo.utils import counters

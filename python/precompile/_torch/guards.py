@@ -40,7 +40,7 @@ class _GuardEvaluation(_Patch):
 
         @functools.wraps(original)
         def evaluate_guards_expression(shape_env: Any, code: str, args: Any) -> bool:
-            from . import guards
+            from .. import guards
 
             values = list(args)
             if not all(type(v) in (int, float, bool) or isinstance(v, torch.Tensor) for v in values):

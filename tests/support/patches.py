@@ -14,8 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from precompile import _torch_compat as tc
-from precompile import dynamo
+from precompile import _torch as tc
 
 __all__ = ["off", "require", "tc"]
 
@@ -35,7 +34,7 @@ def off(patch: Any) -> Iterator[None]:
     stop puts back what that patch found: the patches started after `patch`
     are stopped first and started again without it, so they keep wrapping.
     """
-    order = list(dynamo._patches())
+    order = [p for _, p in tc.patches()]
     later = order[order.index(patch) :]
     for p in reversed(later):
         p.stop()
