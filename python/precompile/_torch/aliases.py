@@ -22,6 +22,11 @@ class _ModuleAliasRecorder(_Patch):
     object (a shared decorator's `wrapper`) evicts it from the frame's cache.
     A save at exit would then find the alias unbound and could not carry it.
     Recording the module when the alias is installed keeps it for the save.
+
+    Torch versions: 2.11 and newer: every release deletes an installed global
+    with the code that used it.
+    Steps aside: `_apply` replaces nothing where
+    `OutputGraph.install_global_by_id` is missing.
     """
 
     PREFIX = "___module_"
@@ -73,6 +78,11 @@ class _ObjectAliases(_Patch):
     alias of a builtin or class (`alias_target`) is kept out of that table
     while torch installs, and bound afterwards through the package, so its
     uninstall() unbinds it with the rest.
+
+    Torch versions: 2.11 and newer: the `module:qualname` alias is precompile's
+    own (FORMAT §3.3), which no torch release installs.
+    Steps aside: never; `CompilePackage.install` is wrapped on every torch, and
+    an entry without such aliases installs exactly as torch's.
     """
 
     def _apply(self) -> None:

@@ -31,6 +31,12 @@ class _SourcePickling(_Patch):
     `__post_init__` derives the rest, so the rebuilt source is equal. Found
     by a round trip, not a version check; classes that pickle correctly are
     left alone.
+
+    Torch versions: 2.11; releases whose `Source.__reduce__` passes only `init`
+    fields need nothing.
+    Steps aside: per class: `_broken` round-trips each `Source` dataclass's own
+    `__reduce__`, and a torch whose classes all pickle correctly gets no
+    replacement (inactive).
     """
 
     @staticmethod
@@ -90,6 +96,12 @@ class _UnboundGlobalNames(_Patch):
     and fail an assertion inside the user's call. While installed, a drawn
     name that is already bound is drawn again; torch releases that already
     skip bound names (`unique_id_unbound_in`) are left alone.
+
+    Torch versions: 2.11; newer torch skips bound names itself
+    (`unique_id_unbound_in`).
+    Steps aside: `_apply` replaces nothing where
+    `torch._dynamo.bytecode_transformation.unique_id_unbound_in` exists; the
+    translator's `unique_id` is wrapped only where it is the module's own.
     """
 
     def _apply(self) -> None:
@@ -150,6 +162,12 @@ class _UnnamedFrames(_Patch):
     would without caching_precompile and nothing of it is saved: a warm start
     compiles it again. Resume functions it creates stay out of the package
     with it. `on_unnamed(code, error)` is told once per such code and package.
+
+    Torch versions: 2.11 and newer: every release raises PackageError for such a
+    frame.
+    Steps aside: `_apply` replaces nothing where `CompilePackage` lacks
+    `code_context`, `add_resume_function` or `_add_user_function` (a package it
+    does not know).
     """
 
     def __init__(self) -> None:
@@ -260,6 +278,12 @@ class _ComprehensionFunctions(_Patch):
     function from a constant), it is registered without a name, as torch
     registers such a resume function. Found by the method, not a version:
     a torch without it is left alone.
+
+    Torch versions: torch releases that build such functions
+    (`_build_comprehension_fn`, on the translator or in
+    `torch._dynamo.comprehension_graph_break`), on Python 3.12 and newer.
+    Steps aside: `_apply` replaces nothing where neither place defines
+    `_build_comprehension_fn`.
     """
 
     def _apply(self) -> None:
@@ -303,6 +327,11 @@ class _DeviceTypeUnion(_Patch):
     Triton's stubs and torch would skip its GPU compatibility check. Newer
     torch accumulates every frame's device; this gives older ones the same
     result. Where the package keeps no single `_device_type`, nothing changes.
+
+    Torch versions: 2.11; newer torch accumulates the device itself, and there
+    the wrapper never finds a device to put back.
+    Steps aside: `_apply` replaces nothing where
+    `CompilePackage.update_device_type` is missing.
     """
 
     def _apply(self) -> None:

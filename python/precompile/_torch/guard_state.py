@@ -24,6 +24,11 @@ class _GuardStateHandoff(_Patch):
     state the check produced is given to install() for the same bytes object,
     once: torch receives a state no one else has used, as if it had
     unpickled it itself. Bytes it was not handed are unpickled as before.
+
+    Torch versions: 2.11 and newer: no release takes a guard state already
+    unpickled.
+    Steps aside: never; `torch._dynamo.package.load_guards_state` is wrapped on
+    every torch, and bytes it was not handed are torch's to unpickle.
     """
 
     # States checked but never installed (a later check failed) are dropped
@@ -86,6 +91,11 @@ class _GuardStateDumpErrors(_Patch):
     it compiles and runs, and is saved without compiled code. The state
     returned is empty, and never saved: a bypassed entry keeps no guarded
     code (2.11 asserts a state exists after the compile).
+
+    Torch versions: 2.11; newer torch bypasses on any error itself, so there
+    the wrapper finds nothing left to catch.
+    Steps aside: `_apply` replaces nothing where
+    `CheckFunctionManager.serialize_guards` is missing.
     """
 
     def _apply(self) -> None:
@@ -122,6 +132,16 @@ class _GuardStateReducers(_Patch):
     torch's. Each rule says why in its own docstring: `_function_by_value`,
     `_script_function_by_name`, `_unguarded_bystander`, `_dict_subclass_items`,
     `_named_reads`.
+
+    Torch versions: 2.11 and newer; each rule decides for itself
+    (`_function_by_value` answers nothing where torch has
+    `GuardsStatePickler._reduce_function_by_value`, `_script_function_by_name`
+    nothing without `torch.jit.ScriptFunction`, `_unguarded_bystander` nothing
+    without torch's `_Missing`).
+    Steps aside: `_apply` replaces nothing where
+    `GuardsStatePickler.reducer_override` or
+    `CheckFunctionManager.serialize_guards` is missing; rules that find torch
+    does the job themselves are left out.
     """
 
     def _apply(self) -> None:

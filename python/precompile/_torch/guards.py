@@ -31,6 +31,11 @@ class _GuardEvaluation(_Patch):
     that method parses the string into an allowlisted expression instead; a
     string outside the allowlist is a miss (and a counter), so torch
     compiles rather than running it.
+
+    Torch versions: 2.11 and newer: every release evaluates the stored strings
+    with `eval`.
+    Steps aside: never; `ShapeEnv.evaluate_guards_expression` is replaced on
+    every torch (KeyError at install where it is gone).
     """
 
     def _apply(self) -> None:
@@ -113,6 +118,11 @@ class _StoredCodeWatch(_Patch):
     `convert_frame._compile`) only when none of them accepted it. Knowing
     both lets the listener evaluate the stored guards on the frame that
     missed and say which one failed, with torch's own verbose guard text.
+
+    Torch versions: 2.11 and newer: no release says which stored guard failed on
+    a recompile.
+    Steps aside: never; started by `explain.begin`, not by the registry, and
+    `convert_frame._compile` is wrapped on every torch.
     """
 
     def __init__(self) -> None:
@@ -181,6 +191,11 @@ class _UnbuildableGuards(_Patch):
     guard state found module or class data changed since the save (`_named_reads`) is
     refused the same way, before torch builds guards that would expect the
     new values.
+
+    Torch versions: 2.11 and newer: every release abandons the whole install
+    when one variant's guards fail to build.
+    Steps aside: never; `package.load_guard_manager` is wrapped on every torch,
+    and a manager that builds is returned as torch built it.
     """
 
     def _apply(self) -> None:
@@ -298,6 +313,13 @@ class _GuardPasses(_Patch):
       global (see `_stored_guards_built_once`), the second pass is the
       first one's build when the filter kept every guard: the same guards,
       in the same order, for the same frame and scope. Otherwise it builds.
+
+    Torch versions: the first half wherever `Guard` records `obj_weakref`
+    (2.11 and newer, 2.15 included); the second only where config patches
+    are process-wide (2.11).
+    Steps aside: `_apply` replaces nothing where `Guard` has no `obj_weakref`
+    and config patches are per-thread (`STORED_GUARDS_BUILT_ONCE`), or where
+    `build_guards` is missing.
     """
 
     def _apply(self) -> None:

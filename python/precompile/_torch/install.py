@@ -35,6 +35,11 @@ class _BackendCapture(_Patch):
     torch did not record is recorded. The recorded artifact is the result
     torch itself serves, so an equal backend is stored once however many
     ids use it.
+
+    Torch versions: 2.11 and newer, on the paths described (chiefly CUDA graphs
+    served by an in-process FX-graph cache hit).
+    Steps aside: `_apply` replaces nothing where `AOTAutogradCache._lookup` is
+    not a staticmethod; `save` is wrapped only where it is one.
     """
 
     def _apply(self) -> None:
@@ -143,6 +148,11 @@ class _InstallHardening(_Patch):
     (globals, guarded entries, the package's state) and raised as
     RuntimeError: Dynamo then compiles the function as if nothing was
     stored. Any other install is torch's own (`_ServedEntries`).
+
+    Torch versions: 2.11 and newer: every release lets a guard unpickling error
+    escape `install` part-way.
+    Steps aside: never; `CompilePackage.install` is wrapped on every torch, and
+    installs of entries the store did not serve are torch's own.
     """
 
     def __init__(self) -> None:
@@ -269,6 +279,11 @@ class _BackendSetupGC(_Patch):
     still run before them (during `import precompile`'s torch imports) or
     after. The window is `_optimize` alone, as torch bounds its own to a
     compile; what it returns is torch's.
+
+    Torch versions: 2.11 and newer: torch defers full collections during a
+    compile only, not during backend setup.
+    Steps aside: `_apply` replaces nothing where
+    `torch._dynamo.eval_frame._optimize` is missing.
     """
 
     def _apply(self) -> None:

@@ -65,6 +65,13 @@ class _KernelCapture(_Patch):
     while the module executes. Attributing each library to the graph whose
     module is executing gives the exact set of binaries a graph needs, so a
     fresh machine can be given them instead of running the compiler.
+
+    Torch versions: 2.11 and newer: no torch release records which libraries a
+    graph loaded.
+    Steps aside: never; there is nothing to detect. `_apply` reads
+    `PyCodeCache.load_by_key_path` and `CppCodeCache._load_library` by name, so
+    a torch without them fails at install (KeyError) rather than silently
+    storing graphs without their libraries.
     """
 
     def __init__(self) -> None:
@@ -126,6 +133,11 @@ class _AutotuneCapture(_Patch):
     the host that saved the entry. Each result is recorded under the Triton
     cache hash of the winning binary, which the graph's Triton bundle lists,
     whether this process wrote it or read it, so a save can carry it.
+
+    Torch versions: 2.11 and newer: no torch release records where the results
+    it read or wrote are.
+    Steps aside: `_apply` replaces nothing (inactive) where `AutotuneCache` is
+    missing or keeps results without its `save` and `_read` methods.
     """
 
     def __init__(self) -> None:

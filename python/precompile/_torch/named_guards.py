@@ -31,6 +31,12 @@ class _NamedClassGuards(_Patch):
     list whose CLASS_MATCH guards are all on such classes is serialized;
     anything else (a local class, a CLASS_MATCH only derived from another
     guard) is refused as torch refuses it. No guard is dropped or weakened.
+
+    Torch versions: 2.11 and newer: every release so far lists CLASS_MATCH among
+    `UNSUPPORTED_SERIALIZATION_GUARD_TYPES`.
+    Steps aside: `_apply` replaces nothing where that tuple is missing or no
+    longer names CLASS_MATCH (a torch that serializes them), or
+    `serialize_guards` is missing.
     """
 
     def __init__(self) -> None:
@@ -98,6 +104,10 @@ class _ScriptFunctionTypeGuards(_Patch):
     while installed, the mark is lifted from such a guard for the one call
     that serializes it. One that does not resolve by name is left to torch (a
     bypass).
+
+    Torch versions: 2.11 and newer: every release bypasses such a frame.
+    Steps aside: `_apply` replaces nothing where `torch.jit.ScriptFunction` is
+    not a class or `serialize_guards` is missing.
     """
 
     def _apply(self) -> None:

@@ -13,6 +13,9 @@ class _Patch:
     puts every original back, last replaced first. `_apply` may replace
     nothing (a torch that needs no adaptation, or one it does not know):
     the patch then stays inactive. Starting an active patch does nothing.
+
+    `name` is the module-level instance's name; the class docstring's first
+    line is its summary (`needed_because`).
     """
 
     def __init__(self) -> None:

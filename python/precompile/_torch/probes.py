@@ -170,6 +170,12 @@ class _ProbeLoadMarks(_Patch):
     recorded once, and the store ships it with the probe (FORMAT §3.3
     `isa_loaded`), as it does on newer torch. A probe without a marker is
     loaded in the child process as before; one that fails gets none.
+
+    Torch versions: 2.11 and 2.13, whose Inductor leaves no `.load_ok` marker;
+    newer torch marks probes itself.
+    Steps aside: `_apply` replaces nothing where torch's own probe code mentions
+    `.load_ok` (`TORCH_MARKS_PROBES`), or where it loads probes through another
+    program or module than `VecISA._avx_py_load` run by `subprocess`.
     """
 
     def _apply(self) -> None:

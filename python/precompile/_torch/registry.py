@@ -66,7 +66,7 @@ _started = False
 
 @dataclasses.dataclass(frozen=True)
 class PatchStatus:
-    """One patch as this process has it."""
+    """One registered patch as `report()` sees it."""
 
     name: str
     active: bool

@@ -46,6 +46,11 @@ class _LazyKernelTemplates(_Patch):
     none. While a store is installed, templates built from then on compile on
     first use instead; what they render is the same, so a compile that uses
     them behaves as before.
+
+    Torch versions: 2.11 and newer: every release compiles each template at
+    import.
+    Steps aside: `_apply` replaces nothing where `KernelTemplate` is missing or
+    `_template_from_string` is not a staticmethod.
     """
 
     def _apply(self) -> None:
