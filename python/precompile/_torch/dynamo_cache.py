@@ -165,14 +165,19 @@ def loaded_variant_count(dynamo_entry: Any) -> int:
 
 
 class _SaveToDynamoCache(_Patch):
-    """`PrecompileContext.save_to_dynamo_cache` answered by the store while installed.
+    """Routes `PrecompileContext.save_to_dynamo_cache()` through the store.
 
-    torch's `torch.compiler.save_cache_artifacts()` calls it; while installed
-    it stitches and stores the store's way and the entries also travel in its
+    torch's `save_cache_artifacts()` saves precompile entries by calling this
+    class method, which writes to torch's own DynamoCache only. While installed
+    it stitches and stores the store's way, and the entries also travel in the
     Mega-Cache blob. Callers get torch's own return value (the debug info of
-    what PrecompileContext recorded); the store's report rides along under
-    the key "precompile". Not a `_Patch`: `install()` sets it before the
-    patches start, and it holds one original for the installation.
+    what PrecompileContext recorded), with the store's report under the key
+    "precompile".
+
+    Torch versions: 2.11 and newer: torch's save writes to its own
+    DynamoCache only.
+    Steps aside: `_apply` replaces nothing where `PrecompileContext` has no
+    `save_to_dynamo_cache` of its own.
     """
 
     def __init__(self) -> None:
