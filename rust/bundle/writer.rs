@@ -65,7 +65,7 @@ impl BundleWriter {
         remove_stale_tmp(&path, &name);
         // Unpredictable and created with O_EXCL: a pid namespace repeating
         // pids, or another user planting a name, cannot collide with it.
-        let tmp_name = format!(".{name}.{}.tmp", crate::store::durable::random_name());
+        let tmp_name = format!(".{name}.{}.tmp", crate::base::durable::random_name());
         let tmp_path = path.with_file_name(tmp_name);
         let file = OpenOptions::new()
             .write(true)
