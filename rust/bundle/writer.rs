@@ -6,8 +6,9 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::format::SIGNATURE_LEN;
 use super::format::{self, Header, HEADER_LEN, MIN_ALIGN, PAGE_ALIGN};
-use super::sign::{SecretKey, SIGNATURE_LEN};
+use super::sign::SecretKey;
 use super::{corrupt_error, index, io_error, missing_error, refs};
 use crate::error::Error;
 
