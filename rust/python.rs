@@ -21,6 +21,9 @@ use crate::store::{Blob, Options, Store};
 mod bundle;
 mod errors;
 mod progress;
+mod reports;
+
+use reports::{EvictReport, ExportReport, GcReport, ImportReport, Stats, Usage, VerifyReport};
 
 create_exception!(
     precompile._core,
@@ -495,21 +498,9 @@ impl PyStore {
 
     /// Sweeps objects no ref reaches that are older than `grace_seconds`.
     #[pyo3(signature = (dry_run = false, grace_seconds = 3600.0))]
-    fn gc<'py>(
-        &self,
-        py: Python<'py>,
-        dry_run: bool,
-        grace_seconds: f64,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn gc<'py>(&self, py: Python<'py>, dry_run: bool, grace_seconds: f64) -> PyResult<GcReport> {
         let grace = seconds(grace_seconds, "grace_seconds")?;
-        let r = py.detach(|| self.inner.gc(dry_run, grace))?;
-        let d = PyDict::new(py);
-        d.set_item("objects_freed", r.objects_freed)?;
-        d.set_item("bytes_freed", r.bytes_freed)?;
-        d.set_item("objects_kept", r.objects_kept)?;
-        d.set_item("tmp_freed", r.tmp_freed)?;
-        d.set_item("dry_run", r.dry_run)?;
-        Ok(d)
+        Ok(py.detach(|| self.inner.gc(dry_run, grace))?.into())
     }
 
     /// Rehashes every object and checks that everything refs reach exists.
@@ -519,36 +510,18 @@ impl PyStore {
         &self,
         py: Python<'py>,
         progress: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let r = progress::run(py, progress, |p| self.inner.verify_with(p))?;
-        let hex = |v: &[Digest]| v.iter().map(Digest::to_hex).collect::<Vec<_>>();
-        let d = PyDict::new(py);
-        d.set_item("objects", r.objects)?;
-        d.set_item("bytes", r.bytes)?;
-        d.set_item("corrupt", hex(&r.corrupt))?;
-        d.set_item("missing", hex(&r.missing))?;
-        d.set_item("unknown", hex(&r.unknown))?;
-        d.set_item("ok", r.ok())?;
-        Ok(d)
+    ) -> PyResult<VerifyReport> {
+        Ok(progress::run(py, progress, |p| self.inner.verify_with(p))?.into())
     }
 
     /// Objects, bytes and refs on disk; puts, gets and dedup hits since open.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.inner.stats())?;
-        let d = PyDict::new(py);
-        d.set_item("objects", s.objects)?;
-        d.set_item("bytes", s.bytes)?;
-        d.set_item("refs", s.refs)?;
-        d.set_item("dedup_hits", s.dedup_hits)?;
-        d.set_item("puts", s.puts)?;
-        d.set_item("gets", s.gets)?;
-        d.set_item("misses", s.misses)?;
-        Ok(d)
+    fn stats(&self, py: Python<'_>) -> PyResult<Stats> {
+        Ok(py.detach(|| self.inner.stats())?.into())
     }
 
     /// Writes refs `refs` (None: all) and everything they reach to one
     /// bundle file at `path`, signed with the secret key file `sign_with`
-    /// when given: {blobs, refs, bytes}.
+    /// when given: an `ExportReport`.
     #[pyo3(signature = (refs, path, *, progress = None, sign_with = None))]
     fn export_bundle<'py>(
         &self,
@@ -557,12 +530,12 @@ impl PyStore {
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
         sign_with: Option<PathBuf>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<ExportReport> {
         bundle::export(py, &self.inner, refs, path, progress, sign_with)
     }
 
-    /// Unpacks the bundle at `path` (idempotent, deduplicating): {objects_new,
-    /// objects_present, bytes_new, refs, refs_changed}. With `trusted_keys`
+    /// Unpacks the bundle at `path` (idempotent, deduplicating): an
+    /// `ImportReport`. With `trusted_keys`
     /// (default: $PRECOMPILE_TRUSTED_KEYS), a bundle not signed by one of
     /// them raises UntrustedError before anything is written.
     #[pyo3(signature = (path, *, progress = None, trusted_keys = None))]
@@ -572,7 +545,7 @@ impl PyStore {
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
         trusted_keys: Option<Vec<PathBuf>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<ImportReport> {
         bundle::import(py, &self.inner, path, progress, trusted_keys)
     }
 
@@ -585,14 +558,16 @@ impl PyStore {
         max_size: u64,
         dry_run: bool,
         grace_seconds: f64,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<EvictReport> {
         let grace = seconds(grace_seconds, "grace_seconds")?;
-        bundle::evict(py, &self.inner, max_size, dry_run, grace)
+        Ok(py
+            .detach(|| self.inner.evict(max_size, dry_run, grace))?
+            .into())
     }
 
     /// Each ref's closure size and the store's totals.
-    fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        bundle::usage(py, &self.inner)
+    fn usage(&self, py: Python<'_>) -> PyResult<Usage> {
+        Ok(py.detach(|| self.inner.usage())?.into())
     }
 
     fn __repr__(&self) -> String {
@@ -605,6 +580,11 @@ impl PyStore {
 mod _core {
     #[pymodule_export]
     use super::bundle::{keygen, open_bundle, PyBundle};
+    #[pymodule_export]
+    use super::reports::{
+        BundleStats, BundleVerifyReport, EvictReport, ExportReport, GcReport, ImportReport,
+        RefUsage, Stats, Usage, VerifyReport,
+    };
     #[pymodule_export]
     use super::{
         blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,

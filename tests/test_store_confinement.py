@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from precompile import InvalidNameError, LockTimeout, Store, StoreError
+from precompile._core import GcReport
 
 WORKER = Path(__file__).with_name("store_worker.py")
 
@@ -157,4 +158,4 @@ def test_a_waiting_gc_does_not_stall_unrelated_writers(tmp_path: Path) -> None:
             # Before, each waited out the GC's whole lock timeout.
             assert time.monotonic() - start < 3.0
     collector.join()
-    assert isinstance(result[0], dict)
+    assert isinstance(result[0], GcReport)
