@@ -281,7 +281,7 @@ def test_eight_processes_push_the_same_entries_at_once(redis_server: Any, tmp_pa
     remote = Remote(redis_server.url)
     usage = remote_usage(remote)
     assert usage["missing"] == [] and usage["entries"] == 3
-    assert usage["bytes"] == stores[0].usage()["reachable_bytes"]
+    assert usage["bytes"] == stores[0].usage().reachable_bytes
     dst = _store(tmp_path, "fresh")
     pull(dst, remote)
     assert dst.verify().ok

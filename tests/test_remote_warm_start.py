@@ -94,7 +94,7 @@ def test_a_fresh_host_warm_starts_from_the_remote(build_host: dict[str, Any], tm
     assert local.refs("dynamo/") == build_host["store"].refs("dynamo/")
     assert local.verify().ok
     pulled = counter(b, "precompile_remote", "bytes_read")
-    assert 0 < pulled <= build_host["store"].usage()["reachable_bytes"]
+    assert 0 < pulled <= build_host["store"].usage().reachable_bytes
 
 
 def _copy_of_the_remote(build_host: dict[str, Any], redis_factory: Any) -> Any:

@@ -54,7 +54,7 @@ def test_sixteen_threads_load_the_same_entries(
         with ThreadPoolExecutor(16) as pool:
             results = list(pool.map(load, range(16)))
         assert all(r == expected for r in results), name
-    assert sources["bundle"].stats()["misses"] == 0
+    assert sources["bundle"].stats().misses == 0
 
 
 def test_bundle_reads_release_the_gil(tmp_path: Path) -> None:
