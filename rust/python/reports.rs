@@ -61,9 +61,10 @@ macro_rules! report {
                 Ok(d)
             }
 
-            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+            fn __repr__(slf: &Bound<'_, Self>) -> PyResult<String> {
+                // Through the attributes, so nested reports show as classes, not dicts.
                 let fields = [$(
-                    format!("{}={}", stringify!($field), self.$field.plain(py)?.repr()?),
+                    format!("{}={}", stringify!($field), slf.getattr(stringify!($field))?.repr()?),
                 )*];
                 Ok(format!("{}({})", stringify!($name), fields.join(", ")))
             }
