@@ -205,7 +205,7 @@ def main() -> None:
 
     gbps = lambda nbytes, seconds: f"{nbytes / seconds / 1e9:.2f} GB/s"  # noqa: E731
     mib = lambda n: f"{n / MiB:,.0f} MiB"  # noqa: E731
-    file_bytes = probe.stats()["bytes"]
+    file_bytes = probe.stats().bytes
     median_ms, p99_ms = statistics.median(serve) * 1e3, serve[int(len(serve) * 0.99)] * 1e3
     rows = [
         (

@@ -9,13 +9,17 @@
 //! This crate is free of PyO3: `cargo test` exercises it without libpython.
 //! The Python binding lives in `python.rs`, behind the `python` feature.
 
+pub mod base;
 pub mod bundle;
 pub mod error;
 pub mod hash;
+#[cfg(test)]
+mod layers;
 pub mod lock;
 pub mod pool;
 pub mod progress;
 pub mod store;
+pub mod transfer;
 
 #[cfg(feature = "python")]
 mod python;
@@ -24,6 +28,7 @@ pub use error::{Error, Result};
 pub use hash::{hash_bytes, hash_file, Digest};
 pub use progress::Progress;
 pub use store::{
-    Blob, EvictReport, GcReport, ImportReport, Manifest, Options, PutOutcome, RefUsage, Stats,
-    Store, Usage, VerifyReport,
+    Blob, EvictReport, GcReport, Manifest, Options, PutOutcome, RefUsage, Stats, Store, Usage,
+    VerifyReport,
 };
+pub use transfer::ImportReport;

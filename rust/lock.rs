@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 
+use crate::base::beneath::Dir;
 use crate::error::{Error, Result};
-use crate::store::beneath::Dir;
 
 /// The lock file.
 pub const LOCK_NAME: &str = "gc.lock";

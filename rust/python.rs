@@ -3,24 +3,26 @@
 //! Every call that hashes, does file I/O, fsyncs or may wait for a lock runs
 //! inside `py.detach`, so other Python threads keep running meanwhile.
 
-use std::ffi::{c_int, c_void};
 use std::path::PathBuf;
 use std::time::{Duration, UNIX_EPOCH};
 
-use pyo3::buffer::PyUntypedBuffer;
 use pyo3::create_exception;
-use pyo3::exceptions::{PyBufferError, PyException, PyTypeError, PyValueError};
-use pyo3::ffi;
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyMemoryView};
+use pyo3::types::PyDict;
 
 use crate::error::Error;
 use crate::hash::{hash_bytes, Digest};
-use crate::store::{Blob, Options, Store};
+use crate::store::{Options, Store};
 
+mod blob;
 mod bundle;
 mod errors;
 mod progress;
+mod reports;
+
+use blob::{with_buffer, PyBlob};
+use reports::{EvictReport, ExportReport, GcReport, ImportReport, Stats, Usage, VerifyReport};
 
 create_exception!(
     precompile._core,
@@ -139,148 +141,6 @@ fn seconds(value: f64, what: &str) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         PyValueError::new_err(format!("{what} must be a finite number >= 0, got {value}"))
     })
-}
-
-/// Whether the memory behind `obj` can never change: `bytes`, our own
-/// `Blob`s, and memoryviews of those. Anything else (bytearray, numpy
-/// arrays, mmap...) may be written to by another thread while we work.
-fn is_immutable(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    if obj.is_exact_instance_of::<PyBytes>() || obj.is_instance_of::<PyBlob>() {
-        return Ok(true);
-    }
-    if let Ok(view) = obj.cast::<PyMemoryView>() {
-        let base = view.getattr("obj")?;
-        return Ok(base.is_exact_instance_of::<PyBytes>() || base.is_instance_of::<PyBlob>());
-    }
-    Ok(false)
-}
-
-/// Runs `f` on the bytes of any C-contiguous buffer, without copying them.
-/// The buffer is released before returning, even on error, so a bytearray
-/// can be resized again as soon as the call is over.
-fn with_buffer<T>(
-    data: &Bound<'_, PyAny>,
-    f: impl FnOnce(&[u8], bool) -> PyResult<T>,
-) -> PyResult<T> {
-    let py = data.py();
-    let buffer = PyUntypedBuffer::get(data)?;
-    let result = (|| {
-        if !buffer.is_c_contiguous() {
-            return Err(PyBufferError::new_err("expected a C-contiguous buffer"));
-        }
-        let len = buffer.len_bytes();
-        let bytes: &[u8] = if len == 0 {
-            &[]
-        } else {
-            // SAFETY: `buffer` holds a successful PyObject_GetBuffer export
-            // of `len` contiguous bytes at `buf_ptr`, and stays alive (it is
-            // released only below) for as long as `bytes` is used, GIL or no
-            // GIL: the exporter must keep the memory valid and in place until
-            // the export is released; a bytearray refuses to resize while
-            // exported. What an export does not stop is another thread
-            // *writing* the bytes; callers handle that (see `is_immutable`).
-            unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, len) }
-        };
-        f(bytes, is_immutable(data)?)
-    })();
-    buffer.release(py);
-    result
-}
-
-/// Hashes any buffer with blake3 and returns the lower-case hex digest.
-/// Large inputs hash on all cores, without the GIL.
-#[pyfunction]
-fn blake3_hex(py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<String> {
-    with_buffer(data, |bytes, _| {
-        Ok(if bytes.len() < GIL_RELEASE_MIN {
-            hash_bytes(bytes).to_hex()
-        } else {
-            py.detach(|| hash_bytes(bytes).to_hex())
-        })
-    })
-}
-
-/// The bytes of one stored object, memory-mapped read-only.
-///
-/// Supports the buffer protocol: `memoryview(blob)` copies nothing, and
-/// `bytes(blob)` copies only when asked. The mapping stays valid even if the
-/// object's file is removed.
-#[pyclass(frozen, module = "precompile._core", name = "Blob")]
-pub struct PyBlob {
-    blob: Blob,
-}
-
-#[pymethods]
-impl PyBlob {
-    /// The object's blake3 digest, lower-case hex.
-    #[getter]
-    fn digest(&self) -> String {
-        self.blob.digest().to_hex()
-    }
-
-    fn __len__(&self) -> usize {
-        self.blob.len()
-    }
-
-    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
-        PyBytes::new(py, &self.blob)
-    }
-
-    fn __repr__(&self) -> String {
-        format!(
-            "Blob(digest='{}', len={})",
-            self.blob.digest(),
-            self.blob.len()
-        )
-    }
-
-    /// Exports the mapping read-only.
-    ///
-    /// # Safety
-    /// Called by CPython with a valid `view`.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        if view.is_null() {
-            return Err(PyBufferError::new_err("null Py_buffer"));
-        }
-        let bytes = slf.get().blob.as_bytes();
-        // The empty blob has no mapping; a buffer still needs a valid pointer.
-        static EMPTY: [u8; 1] = [0];
-        let ptr = if bytes.is_empty() {
-            EMPTY.as_ptr()
-        } else {
-            bytes.as_ptr()
-        };
-        // SAFETY: `view` is valid (CPython's contract). PyBuffer_FillInfo
-        // takes a new reference to the Blob in `view.obj`, which keeps the
-        // Blob, and so its Arc<Mmap>, alive until the view is released; the
-        // mapping never moves. readonly=1 makes it refuse PyBUF_WRITABLE, and
-        // nothing ever writes through the pointer.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                ptr as *mut c_void,
-                bytes.len() as ffi::Py_ssize_t,
-                1,
-                flags,
-            )
-        };
-        if rc == -1 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
-    }
-
-    /// Nothing to free: the format string is static and `view.obj`'s
-    /// reference is dropped by CPython.
-    ///
-    /// # Safety
-    /// Called by CPython with the view `__getbuffer__` filled.
-    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
 /// A content-addressed store of blobs, named by their blake3 digest.
@@ -495,21 +355,9 @@ impl PyStore {
 
     /// Sweeps objects no ref reaches that are older than `grace_seconds`.
     #[pyo3(signature = (dry_run = false, grace_seconds = 3600.0))]
-    fn gc<'py>(
-        &self,
-        py: Python<'py>,
-        dry_run: bool,
-        grace_seconds: f64,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn gc<'py>(&self, py: Python<'py>, dry_run: bool, grace_seconds: f64) -> PyResult<GcReport> {
         let grace = seconds(grace_seconds, "grace_seconds")?;
-        let r = py.detach(|| self.inner.gc(dry_run, grace))?;
-        let d = PyDict::new(py);
-        d.set_item("objects_freed", r.objects_freed)?;
-        d.set_item("bytes_freed", r.bytes_freed)?;
-        d.set_item("objects_kept", r.objects_kept)?;
-        d.set_item("tmp_freed", r.tmp_freed)?;
-        d.set_item("dry_run", r.dry_run)?;
-        Ok(d)
+        Ok(py.detach(|| self.inner.gc(dry_run, grace))?.into())
     }
 
     /// Rehashes every object and checks that everything refs reach exists.
@@ -519,36 +367,18 @@ impl PyStore {
         &self,
         py: Python<'py>,
         progress: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
-        let r = progress::run(py, progress, |p| self.inner.verify_with(p))?;
-        let hex = |v: &[Digest]| v.iter().map(Digest::to_hex).collect::<Vec<_>>();
-        let d = PyDict::new(py);
-        d.set_item("objects", r.objects)?;
-        d.set_item("bytes", r.bytes)?;
-        d.set_item("corrupt", hex(&r.corrupt))?;
-        d.set_item("missing", hex(&r.missing))?;
-        d.set_item("unknown", hex(&r.unknown))?;
-        d.set_item("ok", r.ok())?;
-        Ok(d)
+    ) -> PyResult<VerifyReport> {
+        Ok(progress::run(py, progress, |p| self.inner.verify_with(p))?.into())
     }
 
     /// Objects, bytes and refs on disk; puts, gets and dedup hits since open.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.inner.stats())?;
-        let d = PyDict::new(py);
-        d.set_item("objects", s.objects)?;
-        d.set_item("bytes", s.bytes)?;
-        d.set_item("refs", s.refs)?;
-        d.set_item("dedup_hits", s.dedup_hits)?;
-        d.set_item("puts", s.puts)?;
-        d.set_item("gets", s.gets)?;
-        d.set_item("misses", s.misses)?;
-        Ok(d)
+    fn stats(&self, py: Python<'_>) -> PyResult<Stats> {
+        Ok(py.detach(|| self.inner.stats())?.into())
     }
 
     /// Writes refs `refs` (None: all) and everything they reach to one
     /// bundle file at `path`, signed with the secret key file `sign_with`
-    /// when given: {blobs, refs, bytes}.
+    /// when given: an `ExportReport`.
     #[pyo3(signature = (refs, path, *, progress = None, sign_with = None))]
     fn export_bundle<'py>(
         &self,
@@ -557,12 +387,12 @@ impl PyStore {
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
         sign_with: Option<PathBuf>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<ExportReport> {
         bundle::export(py, &self.inner, refs, path, progress, sign_with)
     }
 
-    /// Unpacks the bundle at `path` (idempotent, deduplicating): {objects_new,
-    /// objects_present, bytes_new, refs, refs_changed}. With `trusted_keys`
+    /// Unpacks the bundle at `path` (idempotent, deduplicating): an
+    /// `ImportReport`. With `trusted_keys`
     /// (default: $PRECOMPILE_TRUSTED_KEYS), a bundle not signed by one of
     /// them raises UntrustedError before anything is written.
     #[pyo3(signature = (path, *, progress = None, trusted_keys = None))]
@@ -572,7 +402,7 @@ impl PyStore {
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
         trusted_keys: Option<Vec<PathBuf>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<ImportReport> {
         bundle::import(py, &self.inner, path, progress, trusted_keys)
     }
 
@@ -585,14 +415,16 @@ impl PyStore {
         max_size: u64,
         dry_run: bool,
         grace_seconds: f64,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<EvictReport> {
         let grace = seconds(grace_seconds, "grace_seconds")?;
-        bundle::evict(py, &self.inner, max_size, dry_run, grace)
+        Ok(py
+            .detach(|| self.inner.evict(max_size, dry_run, grace))?
+            .into())
     }
 
     /// Each ref's closure size and the store's totals.
-    fn usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        bundle::usage(py, &self.inner)
+    fn usage(&self, py: Python<'_>) -> PyResult<Usage> {
+        Ok(py.detach(|| self.inner.usage())?.into())
     }
 
     fn __repr__(&self) -> String {
@@ -604,11 +436,18 @@ impl PyStore {
 #[pymodule]
 mod _core {
     #[pymodule_export]
+    use super::blob::blake3_hex;
+    #[pymodule_export]
     use super::bundle::{keygen, open_bundle, PyBundle};
     #[pymodule_export]
+    use super::reports::{
+        BundleStats, BundleVerifyReport, EvictReport, ExportReport, GcReport, ImportReport,
+        RefUsage, Stats, Usage, VerifyReport,
+    };
+    #[pymodule_export]
     use super::{
-        blake3_hex, CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob,
-        PyStore, RefConflictError, StoreError, UntrustedError,
+        CorruptObjectError, FormatError, LockTimeout, MissingObjectError, PyBlob, PyStore,
+        RefConflictError, StoreError, UntrustedError,
     };
 
     #[pymodule_init]

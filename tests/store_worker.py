@@ -76,7 +76,7 @@ def gc_loop(root: str, seconds: float, grace: float) -> None:
     runs = freed = 0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        freed += store.gc(grace_seconds=grace)["objects_freed"]
+        freed += store.gc(grace_seconds=grace).objects_freed
         runs += 1
     print(json.dumps({"runs": runs, "freed": freed}))
 

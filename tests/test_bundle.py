@@ -51,12 +51,12 @@ def test_round_trip_through_the_api(exported: tuple[Store, dict[str, str], Path]
 
     dst = Store(tmp_path / "dst")
     report = dst.import_bundle(path)
-    assert report["objects_new"] == len(bundle) and report["objects_present"] == 0
-    assert report["refs"] == report["refs_changed"] == len(refs)
+    assert report.objects_new == len(bundle) and report.objects_present == 0
+    assert report.refs == report.refs_changed == len(refs)
     for ref, digest in refs.items():
         assert dst.get_ref(ref) == digest
         assert load_entry(dst, ref) == load_entry(src, ref) == load_entry(bundle, ref)
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
 
 
 def test_import_is_idempotent_and_dedups(exported: tuple[Store, dict[str, str], Path], tmp_path: Path) -> None:
@@ -64,14 +64,14 @@ def test_import_is_idempotent_and_dedups(exported: tuple[Store, dict[str, str], 
     dst = Store(tmp_path / "dst")
     already = dst.put(blob_bytes("shared-0", 256 << 10))  # the blob every entry shares
     first = dst.import_bundle(path)
-    assert first["objects_present"] == 1
-    objects = dst.stats()["objects"]
+    assert first.objects_present == 1
+    objects = dst.stats().objects
     mtimes = {ref: dst.ref_mtime(ref) for ref in refs}
 
     again = dst.import_bundle(path)
-    assert again == {**again, "objects_new": 0, "bytes_new": 0, "refs_changed": 0}
-    assert again["objects_present"] == objects and again["refs"] == len(refs)
-    assert dst.stats()["objects"] == objects
+    assert again.to_dict() == {**again.to_dict(), "objects_new": 0, "bytes_new": 0, "refs_changed": 0}
+    assert again.objects_present == objects and again.refs == len(refs)
+    assert dst.stats().objects == objects
     assert {ref: dst.ref_mtime(ref) for ref in refs} == mtimes  # untouched: use times stay honest
     assert dst.contains(already)
 
@@ -82,7 +82,7 @@ def test_export_of_named_refs_holds_just_their_closure(tmp_path: Path) -> None:
     path = tmp_path / "one.bundle"
     summary = store.export_bundle(["dynamo/e2"], path)
     bundle = open_bundle(path)
-    assert summary["refs"] == 1 and bundle.refs() == ["dynamo/e2"]
+    assert summary.refs == 1 and bundle.refs() == ["dynamo/e2"]
     assert sorted(bundle.closure(refs["dynamo/e2"])) == bundle.digests()
     with pytest.raises(RefNotFoundError, match="no such ref"):
         store.export_bundle(["dynamo/nope"], tmp_path / "x.bundle")
@@ -137,7 +137,7 @@ def test_manifests_closure_and_load_all(exported: tuple[Store, dict[str, str], P
     with pytest.raises(ValueError):
         bundle.get("not a digest")
     stats = bundle.stats()
-    assert stats["misses"] == 1 and stats["gets"] > 0 and stats["refs"] == len(refs)
+    assert stats.misses == 1 and stats.gets > 0 and stats.refs == len(refs)
 
 
 def test_layers_answer_through_bundles_and_the_local_store(tmp_path: Path) -> None:
@@ -180,8 +180,8 @@ def test_corrupt_blob_is_caught_on_get_verify_and_import(
         bundle.get(victim)
     assert bytes(open_bundle(path, verify=False).get(victim))[0] == data[offset]
     report = bundle.verify()
-    assert report["corrupt"] == [victim] and not report["ok"]
-    assert bundle.verify(parallel=False)["corrupt"] == [victim]
+    assert report.corrupt == [victim] and not report.ok
+    assert bundle.verify(parallel=False).corrupt == [victim]
     assert bundle.verify_blobs(bundle.closure(refs["dynamo/e1"])) == [victim]
     with pytest.raises(CorruptObjectError):
         load_all(bundle)
@@ -191,14 +191,14 @@ def test_corrupt_blob_is_caught_on_get_verify_and_import(
         dst.import_bundle(path)
     assert dst.get_ref("dynamo/e1") is None  # never set on top of a hole
     assert dst.get_ref("dynamo/e0") == refs["dynamo/e0"]
-    assert not dst.contains(victim) and dst.verify()["ok"]
+    assert not dst.contains(victim) and dst.verify().ok
 
 
 def test_progress_callbacks_report_and_can_stop(exported: tuple[Store, dict[str, str], Path], tmp_path: Path) -> None:
     src, _, path = exported
     calls: list[tuple[int, int]] = []
     src.verify(progress=lambda done, total: calls.append((done, total)))
-    assert calls and calls[-1][0] == calls[-1][1] == src.stats()["bytes"]
+    assert calls and calls[-1][0] == calls[-1][1] == src.stats().bytes
 
     def fail(done: int, total: int) -> None:
         raise RuntimeError("stop")
@@ -297,4 +297,4 @@ def test_malformed_bundles_raise_format_error(
     dst = Store(tmp_path / "dst")
     with pytest.raises(FormatError):
         dst.import_bundle(bad)
-    assert dst.stats()["objects"] == 0 and dst.refs() == []
+    assert dst.stats().objects == 0 and dst.refs() == []

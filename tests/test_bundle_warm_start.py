@@ -56,7 +56,7 @@ def test_serving_process_runs_from_a_shipped_bundle(built: tuple[Path, dict[str,
     shipped = open_bundle(bundle)
     for key, digest in a["report"]["entries"].items():
         assert digest in {shipped.get_ref(name) for name in shipped.refs()}, key
-    assert shipped.verify()["ok"]
+    assert shipped.verify().ok
 
     serving_store = tmp_path / "serving-store"  # empty: everything must come from the bundle
     b = run_scenario(

@@ -134,7 +134,7 @@ def test_gc_max_size_keeps_the_most_recently_used_refs(tmp_path: Path) -> None:
     proc = run_precompile("--store", root, "gc", "--max-size", "250K", "--grace", "0")
     assert proc.returncode == 0, proc.stderr
     assert Store(root).refs() == ["dynamo/e1", "dynamo/e3"]
-    assert Store(root).stats()["bytes"] <= 250 * 1024
+    assert Store(root).stats().bytes <= 250 * 1024
     assert cli_json("--store", root, "verify")["ok"]
 
     # Under the cap already: nothing more goes.

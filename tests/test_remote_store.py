@@ -42,12 +42,12 @@ def test_push_then_pull_gives_the_same_entries(redis_server: Any, tmp_path: Path
     remote = Remote(redis_server.url)
     first = push(src, remote)
     assert first.refs == 3 and first.objects > 0 and first.objects_present == 0
-    assert first.bytes == src.usage()["reachable_bytes"]
+    assert first.bytes == src.usage().reachable_bytes
 
     dst = _store(tmp_path, "b")
     got = pull(dst, remote)
     assert got.refs == 3 and got.bytes == first.bytes
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
     for name, digest in refs.items():
         assert dst.get_ref(name) == digest
         assert load_entry(dst, name) == load_entry(src, name)
@@ -121,14 +121,14 @@ def test_a_damaged_value_is_counted_and_never_used(redis_server: Any, tmp_path: 
     stats = layer.stats()
     assert stats["corrupt"] == 1 and stats["misses"] == 1
     assert dst.get_ref("dynamo/e0") is None and not dst.contains(victim)
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
     # Counted once, and dropped from the index: a pull now finds it missing.
     with pytest.raises((CorruptObjectError, MissingObjectError)):
         pull(_store(tmp_path, "c"), remote)
     # The damaged object was dropped from the index: the next push heals it.
     assert push(src, remote).objects == 1
     assert layer.get_ref("dynamo/e0") == src.get_ref("dynamo/e0")
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
 
 
 def test_a_remote_that_is_down_warns_once_and_misses(tmp_path: Path) -> None:
@@ -145,7 +145,7 @@ def test_a_remote_that_is_down_warns_once_and_misses(tmp_path: Path) -> None:
         assert not layer.contains("0" * 64)
     # Out of use: none of those calls tried the server again.
     assert layer.stats()["errors"] == 1 and not layer.available
-    assert local.verify()["ok"]
+    assert local.verify().ok
 
 
 def test_a_stopped_remote_times_out_instead_of_hanging(redis_factory: Any, tmp_path: Path) -> None:
@@ -176,7 +176,7 @@ def test_the_remote_killed_in_the_middle_of_a_push(redis_factory: Any, tmp_path:
         assert layer.push(src.refs()) is None
     watcher.join(5)
     assert server.proc.poll() is not None, "the server was killed mid-push"
-    assert src.verify()["ok"] and len(src.refs()) == 6
+    assert src.verify().ok and len(src.refs()) == 6
 
 
 def test_the_remote_killed_in_the_middle_of_a_load(redis_factory: Any, tmp_path: Path) -> None:
@@ -192,7 +192,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(redis_factory: Any, tmp_path:
     watcher.join(5)
     assert server.proc.poll() is not None, "the server was killed mid-load"
     assert dst.get_ref("dynamo/e0") is None
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
 
 
 def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(redis_server: Any, tmp_path: Path) -> None:
@@ -223,7 +223,7 @@ def test_a_pusher_killed_midway_leaves_no_ref_to_a_missing_object(redis_server: 
     # Whatever refs made it name complete closures; pull them and verify.
     dst = _store(tmp_path, "b")
     pull(dst, Remote(redis_server.url))
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
 
 
 def test_eight_processes_push_the_same_entries_at_once(redis_server: Any, tmp_path: Path) -> None:
@@ -260,10 +260,10 @@ def test_eight_processes_push_the_same_entries_at_once(redis_server: Any, tmp_pa
     remote = Remote(redis_server.url)
     usage = remote_usage(remote)
     assert usage["missing"] == [] and usage["entries"] == 3
-    assert usage["bytes"] == stores[0].usage()["reachable_bytes"]
+    assert usage["bytes"] == stores[0].usage().reachable_bytes
     dst = _store(tmp_path, "fresh")
     pull(dst, remote)
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
     for name in refs:
         assert load_entry(dst, name) == load_entry(stores[0], name)
 
@@ -296,7 +296,7 @@ def test_gc_keeps_what_refs_reach_and_what_was_pushed_recently(redis_server: Any
     assert after["blobs"] == before["blobs"] - 2 and after["missing"] == []
     dst = _store(tmp_path, "b")
     pull(dst, remote)
-    assert dst.verify()["ok"] and len(dst.refs()) == 2
+    assert dst.verify().ok and len(dst.refs()) == 2
 
 
 def test_stats_match_the_local_stores_numbers(redis_server: Any, tmp_path: Path) -> None:
@@ -308,10 +308,10 @@ def test_stats_match_the_local_stores_numbers(redis_server: Any, tmp_path: Path)
     doc = json.loads(proc.stdout)
     local = src.usage()
     assert doc["entries"] == 4
-    assert doc["blobs"] == local["objects"]
-    assert doc["bytes"] == local["logical_bytes"]
-    assert doc["unique_bytes"] == local["reachable_bytes"]
-    assert doc["dedup_ratio"] == pytest.approx(local["logical_bytes"] / local["reachable_bytes"])
+    assert doc["blobs"] == local.objects
+    assert doc["bytes"] == local.logical_bytes
+    assert doc["unique_bytes"] == local.reachable_bytes
+    assert doc["dedup_ratio"] == pytest.approx(local.logical_bytes / local.reachable_bytes)
 
 
 def test_cli_push_pull_and_gc(redis_server: Any, tmp_path: Path) -> None:
@@ -351,12 +351,12 @@ def test_a_cluster_through_the_same_url_interface(redis_cluster: Any, tmp_path: 
     assert push(src, remote).objects == 0
     usage = remote_usage(remote)
     assert usage["entries"] == 3 and usage["missing"] == []
-    assert usage["logical_bytes"] == src.usage()["logical_bytes"]
+    assert usage["logical_bytes"] == src.usage().logical_bytes
     # Keys really are spread over the three nodes.
     assert all(n.client().dbsize() > 0 for n in redis_cluster.nodes)
     dst = _store(tmp_path, "b")
     pull(dst, remote)
-    assert dst.verify()["ok"]
+    assert dst.verify().ok
     for name in refs:
         assert load_entry(dst, name) == load_entry(src, name)
     layer = RemoteLayer(Remote(redis_cluster.url), _store(tmp_path, "c"))

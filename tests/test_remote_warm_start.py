@@ -92,9 +92,9 @@ def test_a_fresh_host_warm_starts_from_the_remote(build_host: dict[str, Any], tm
     # What it pulled is now local: the next process on this host needs no remote.
     local = Store(str(tmp_path / "fresh" / "store"))
     assert local.refs("dynamo/") == build_host["store"].refs("dynamo/")
-    assert local.verify()["ok"]
+    assert local.verify().ok
     pulled = counter(b, "precompile_remote", "bytes_read")
-    assert 0 < pulled <= build_host["store"].usage()["reachable_bytes"]
+    assert 0 < pulled <= build_host["store"].usage().reachable_bytes
 
 
 def _copy_of_the_remote(build_host: dict[str, Any], redis_factory: Any) -> Any:
@@ -131,7 +131,7 @@ def test_the_remote_killed_in_the_middle_of_a_save(redis_factory: Any, tmp_path:
     assert counter(a, "precompile_remote", "refs_written") == 0
     # The local save is whole: a second process on this host loads it.
     local = Store(str(tmp_path / "build" / "store"))
-    assert local.refs("dynamo/") and local.verify()["ok"]
+    assert local.refs("dynamo/") and local.verify().ok
     b = run_scenario("inference", "load", tmp_path / "build" / "store", tmp_path / "again")
     _assert_same(a, b)
     assert b["compiler_runs"] == []

@@ -53,7 +53,7 @@ def test_sixteen_threads_load_the_same_entries(
         with ThreadPoolExecutor(16) as pool:
             results = list(pool.map(load, range(16)))
         assert all(r == expected for r in results), name
-    assert sources["bundle"].stats()["misses"] == 0
+    assert sources["bundle"].stats().misses == 0
 
 
 def test_bundle_reads_release_the_gil(tmp_path: Path) -> None:
@@ -118,7 +118,7 @@ def test_store_and_bundle_survive_fork(shipped: tuple[Path, Path, dict[str, dict
     bundle = open_bundle(path)
     # Warm everything up first, as a server does before forking its workers:
     # the thread pool now exists, and so do mappings and views.
-    assert store.verify()["ok"] and bundle.verify()["ok"]
+    assert store.verify().ok and bundle.verify().ok
     store.get(big)
     shared = bundle.get(bundle.closure(str(bundle.get_ref("dynamo/e0")))[1])
     view = memoryview(shared)
@@ -132,8 +132,8 @@ def test_store_and_bundle_survive_fork(shipped: tuple[Path, Path, dict[str, dict
             ok = (
                 bytes(view) == before
                 and blake3(memoryview(store.get(big))).hexdigest() == big
-                and store.verify()["ok"]
-                and bundle.verify()["ok"]
+                and store.verify().ok
+                and bundle.verify().ok
                 and all(load_entry(bundle, ref) == want for ref, want in expected.items())
                 and all(load_entry(store, ref) == want for ref, want in expected.items())
             )
@@ -146,5 +146,5 @@ def test_store_and_bundle_survive_fork(shipped: tuple[Path, Path, dict[str, dict
     # The parent is unaffected, sees the child's write, and no lock was left held.
     assert bytes(view) == before
     assert store.get_ref("written/by-child") == blake3(blob_bytes("child", 3 << 20)).hexdigest()
-    assert store.gc(grace_seconds=0)["objects_freed"] == 0
-    assert store.verify()["ok"]
+    assert store.gc(grace_seconds=0).objects_freed == 0
+    assert store.verify().ok

@@ -46,9 +46,9 @@ def test_put_with_status_reports_new_then_dedup(store: Store) -> None:
     assert store.put_with_status(b"once") == (digest, False)
     assert store.put(b"once") == digest
     stats = store.stats()
-    assert stats["objects"] == 1
-    assert stats["dedup_hits"] == 2
-    assert stats["puts"] == 3
+    assert stats.objects == 1
+    assert stats.dedup_hits == 2
+    assert stats.puts == 3
 
 
 def test_accepts_any_contiguous_buffer(store: Store) -> None:
@@ -88,7 +88,7 @@ def test_put_file_streams_a_file(store: Store, tmp_path: Path) -> None:
     assert digest == hasher.hexdigest()
     assert store.put_file(str(src)) == digest
     assert store.put(chunk * 48) == digest
-    assert store.stats()["objects"] == 1
+    assert store.stats().objects == 1
     empty = tmp_path / "empty"
     empty.touch()
     assert store.put_file(empty) == blake3(b"").hexdigest()

@@ -34,7 +34,7 @@ def manifests_on_disk(root: Path) -> list[str]:
 
 def check(store: Store, root: Path, completed: dict[str, str]) -> None:
     report = store.verify()
-    assert report["ok"], report
+    assert report.ok, report
     for name, digest in completed.items():
         assert store.get_ref(name) == digest, name
         children, _ = store.get_manifest(digest)

@@ -18,6 +18,7 @@ import pytest
 from support.processes import STORE_WORKER
 
 from precompile import InvalidNameError, LockTimeout, Store, StoreError
+from precompile._core import GcReport
 
 
 def outside_with_old_file(tmp_path: Path) -> Path:
@@ -156,4 +157,4 @@ def test_a_waiting_gc_does_not_stall_unrelated_writers(tmp_path: Path) -> None:
             # Before, each waited out the GC's whole lock timeout.
             assert time.monotonic() - start < 3.0
     collector.join()
-    assert isinstance(result[0], dict)
+    assert isinstance(result[0], GcReport)

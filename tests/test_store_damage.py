@@ -51,7 +51,7 @@ def test_gc_stops_at_a_damaged_reachable_manifest(tmp_path: Path) -> None:
         store.gc(False, 0.0)
     for leaf in leaves:
         assert store.get(leaf)
-    assert manifest in store.verify()["corrupt"]
+    assert manifest in store.verify().corrupt
 
 
 def test_gc_stops_at_a_manifest_of_unknown_version(tmp_path: Path) -> None:
@@ -66,7 +66,7 @@ def test_gc_stops_at_a_manifest_of_unknown_version(tmp_path: Path) -> None:
         store.gc(False, 0.0)
     assert bytes(store.get(child)) == b"child of a future manifest"
     report = store.verify()
-    assert report["unknown"] == [digest] and not report["ok"]
+    assert report.unknown == [digest] and not report.ok
 
 
 def test_user_data_that_starts_with_the_magic_is_a_leaf(tmp_path: Path) -> None:
@@ -74,7 +74,7 @@ def test_user_data_that_starts_with_the_magic_is_a_leaf(tmp_path: Path) -> None:
     digest = store.put(MAGIC + b"not json at all")
     store.set_ref("data", digest)
     store.gc(False, 0.0)
-    assert store.verify()["ok"]
+    assert store.verify().ok
 
 
 @pytest.mark.parametrize("how", ["corrupt", "truncated", "missing", "dangling-link", "directory"])
@@ -100,7 +100,7 @@ def test_put_repairs_a_damaged_object(tmp_path: Path, how: str) -> None:
     assert path.is_file() and not path.is_symlink()
     assert bytes(store.get(digest)) == data
     assert store.put_with_status(data) == (digest, False)
-    assert store.verify()["ok"]
+    assert store.verify().ok
 
 
 def test_put_file_repairs_too(tmp_path: Path) -> None:
@@ -122,8 +122,8 @@ def test_import_repairs_damaged_objects(tmp_path: Path) -> None:
     flip_first_byte(store, leaves[1])
     replace_object(store, leaves[2], None)
     report = store.import_bundle(bundle)
-    assert report["objects_repaired"] == 1 and report["objects_new"] == 1
-    assert store.verify()["ok"]
+    assert report.objects_repaired == 1 and report.objects_new == 1
+    assert store.verify().ok
     assert [bytes(b) for b in store.get_many(leaves)][1] == b"leaf 1 " * 50
 
 
@@ -153,7 +153,7 @@ def test_verify_reports_links_and_directories_as_corrupt(tmp_path: Path) -> None
     replace_object(store, directory, None)
     Path(store.object_path(directory)).mkdir()
     report = store.verify()
-    assert sorted(report["corrupt"]) == sorted([linked, directory]) and not report["ok"]
+    assert sorted(report.corrupt) == sorted([linked, directory]) and not report.ok
     with pytest.raises(CorruptObjectError):
         store.get(linked)
     with pytest.raises(CorruptObjectError):

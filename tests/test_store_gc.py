@@ -18,29 +18,35 @@ def test_gc_keeps_ref_closure_and_frees_the_rest(store: Store) -> None:
     store.set_ref("direct", direct)
 
     young = store.gc()
-    assert young == {"objects_freed": 0, "bytes_freed": 0, "objects_kept": 8, "tmp_freed": 0, "dry_run": False}
+    assert young.to_dict() == {
+        "objects_freed": 0,
+        "bytes_freed": 0,
+        "objects_kept": 8,
+        "tmp_freed": 0,
+        "dry_run": False,
+    }
 
     dry = store.gc(dry_run=True, grace_seconds=0)
-    assert dry == {"objects_freed": 3, "bytes_freed": 300, "objects_kept": 5, "tmp_freed": 0, "dry_run": True}
+    assert dry.to_dict() == {"objects_freed": 3, "bytes_freed": 300, "objects_kept": 5, "tmp_freed": 0, "dry_run": True}
     assert all(store.contains(g) for g in garbage)
 
     real = store.gc(grace_seconds=0)
-    assert real == {**dry, "dry_run": False}
+    assert real.to_dict() == {**dry.to_dict(), "dry_run": False}
     assert not any(store.contains(g) for g in garbage)
     for digest in [leaf, inner, outer, direct]:
         assert store.contains(digest)
-    assert store.verify()["ok"]
+    assert store.verify().ok
 
     store.delete_ref("ns/outer")
-    assert store.gc(grace_seconds=0)["objects_freed"] == 4
-    assert store.stats()["objects"] == 1
+    assert store.gc(grace_seconds=0).objects_freed == 4
+    assert store.stats().objects == 1
 
 
 def test_grace_period_protects_recent_unreferenced_objects(store: Store) -> None:
     digest = store.put(b"just written, not yet referenced")
-    assert store.gc(grace_seconds=60)["objects_freed"] == 0
+    assert store.gc(grace_seconds=60).objects_freed == 0
     time.sleep(0.3)
-    assert store.gc(grace_seconds=0.2)["objects_freed"] == 1
+    assert store.gc(grace_seconds=0.2).objects_freed == 1
     assert not store.contains(digest)
 
 
@@ -50,7 +56,7 @@ def test_unreferenced_manifest_keeps_its_children_during_grace(store: Store) -> 
     manifest = store.put_manifest([child], {})
     # The child alone is past the grace period, but the manifest naming it
     # is not: a ref to the manifest may be on its way.
-    assert store.gc(grace_seconds=0.2)["objects_freed"] == 0
+    assert store.gc(grace_seconds=0.2).objects_freed == 0
     store.set_ref("m", manifest)
     assert store.get_manifest(manifest) == ([child], {})
 
@@ -58,15 +64,15 @@ def test_unreferenced_manifest_keeps_its_children_during_grace(store: Store) -> 
 def test_stale_tmp_files_are_reclaimed(store: Store) -> None:
     stale = store.path / "tmp" / "123-456-7-deadbeef.tmp"
     stale.write_bytes(b"a crashed writer's partial object")
-    assert store.gc(grace_seconds=60)["tmp_freed"] == 0
-    assert store.gc(dry_run=True, grace_seconds=0)["tmp_freed"] == 1
+    assert store.gc(grace_seconds=60).tmp_freed == 0
+    assert store.gc(dry_run=True, grace_seconds=0).tmp_freed == 1
     assert stale.exists()
-    assert store.gc(grace_seconds=0)["tmp_freed"] == 1
+    assert store.gc(grace_seconds=0).tmp_freed == 1
     assert not stale.exists()
 
 
 def test_gc_on_empty_store(store: Store) -> None:
-    assert store.gc(grace_seconds=0) == {
+    assert store.gc(grace_seconds=0).to_dict() == {
         "objects_freed": 0,
         "bytes_freed": 0,
         "objects_kept": 0,

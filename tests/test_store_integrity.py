@@ -70,17 +70,24 @@ def test_verify_reports_corrupt_and_missing(store: Store) -> None:
     store.set_ref("entry", manifest)
     store.set_ref("plain", c)
     clean = store.verify()
-    assert clean == {"objects": 4, "bytes": clean["bytes"], "corrupt": [], "missing": [], "unknown": [], "ok": True}
-    assert clean["bytes"] == len(DATA) + 5000 + 1 + len(bytes(store.get(manifest)))
+    assert clean.to_dict() == {
+        "objects": 4,
+        "bytes": clean.bytes,
+        "corrupt": [],
+        "missing": [],
+        "unknown": [],
+        "ok": True,
+    }
+    assert clean.bytes == len(DATA) + 5000 + 1 + len(bytes(store.get(manifest)))
 
     damage(store.object_path(a), flip_byte)
     os.unlink(store.object_path(b))
     os.unlink(store.object_path(c))
     report = store.verify()
-    assert report["ok"] is False
-    assert report["corrupt"] == [a]
-    assert report["missing"] == sorted([b, c])
-    assert report["objects"] == 2
+    assert report.ok is False
+    assert report.corrupt == [a]
+    assert report.missing == sorted([b, c])
+    assert report.objects == 2
 
 
 def test_repeated_put_does_not_repair_or_rewrite(store: Store) -> None:

@@ -36,8 +36,8 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120) -> dict[str, Any]:
 
 def assert_clean(store: Store) -> None:
     report = store.verify()
-    assert report["ok"], report
-    assert report["corrupt"] == [] and report["missing"] == []
+    assert report.ok, report
+    assert report.corrupt == [] and report.missing == []
 
 
 def test_eight_processes_put_and_get_overlapping_content(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_eight_processes_put_and_get_overlapping_content(tmp_path: Path) -> None
     assert len(seen) > 32  # the workers really overlapped on a shared pool
     for digest in seen.values():
         assert blake3(memoryview(store.get(digest))).hexdigest() == digest
-    assert store.stats()["objects"] == len(seen)
+    assert store.stats().objects == len(seen)
     assert os.listdir(root / "tmp") == []
     assert_clean(store)
 
@@ -83,12 +83,12 @@ def test_sigkill_mid_put_leaves_no_partial_object(tmp_path: Path) -> None:
     # Every visible object is complete (verify rehashes all of them), and
     # it is one the child was writing: at most one put was cut short after
     # its object became visible but before it was announced.
-    objects = store.stats()["objects"]
+    objects = store.stats().objects
     assert len(announced) <= objects <= len(announced) + 1
     assert_clean(store)
     # The killed put may have left its tmp file; GC reclaims it.
     leftover = len(os.listdir(root / "tmp"))
-    assert store.gc(grace_seconds=0)["tmp_freed"] == leftover
+    assert store.gc(grace_seconds=0).tmp_freed == leftover
     assert os.listdir(root / "tmp") == []
 
 
@@ -123,7 +123,7 @@ def test_gc_loop_beside_writers_loses_nothing_a_ref_reaches(tmp_path: Path) -> N
         assert manifest is not None
         reachable.add(manifest)
         reachable.update(store.get_manifest(manifest)[0])
-    assert store.stats()["objects"] == len(reachable)
+    assert store.stats().objects == len(reachable)
 
 
 def test_lock_timeout_when_another_process_holds_gc_lock(tmp_path: Path) -> None:
@@ -152,4 +152,4 @@ def test_lock_timeout_when_another_process_holds_gc_lock(tmp_path: Path) -> None
         store.put(b"writers share the lock")
         holder.communicate("")
 
-    assert store.gc(dry_run=True)["dry_run"] is True
+    assert store.gc(dry_run=True).dry_run is True

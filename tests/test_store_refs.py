@@ -27,7 +27,7 @@ def test_refs_roundtrip(store: Store) -> None:
     assert store.delete_ref("dynamo/abc") is True
     assert store.delete_ref("dynamo/abc") is False
     assert store.get_ref("dynamo/abc") is None
-    assert store.stats()["refs"] == 3
+    assert store.stats().refs == 3
     assert list((store.path / "tmp").iterdir()) == []
 
 

@@ -103,8 +103,8 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
         return {
             "digest": again,
             "new": new,
-            "gc": store.gc(False, 3600.0),
-            "verify": store.verify(),
+            "gc": store.gc(False, 3600.0).to_dict(),
+            "verify": store.verify().to_dict(),
             "touched": touched,
         }
 
@@ -116,7 +116,7 @@ def test_group_shared_store_needs_no_write_access_to_others_objects(
     # Recency was recorded without touching A's file: B's fresh copy replaced it.
     assert time.time() - obj.stat().st_mtime < 600
     assert obj.stat().st_uid == USER_B and obj.read_bytes() == data
-    assert as_user(USER_A, lambda: Store(root, shared=True).verify()["ok"])["ok"]
+    assert as_user(USER_A, lambda: Store(root, shared=True).verify().ok)["ok"]
 
 
 @needs_root
@@ -128,9 +128,9 @@ def test_read_only_mount_can_be_verified_and_exported(tmpfs: Path, world_dir: Pa
     del store
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
     store = Store(root)
-    assert store.verify()["ok"]
+    assert store.verify().ok
     out = world_dir / "e.bundle"
-    assert store.export_bundle(["e"], out)["refs"] == 1
+    assert store.export_bundle(["e"], out).refs == 1
     with pytest.raises(StoreIOError) as info:
         store.put(b"new content")
     assert info.value.errno == errno.EROFS
@@ -147,7 +147,7 @@ def test_store_of_another_user_can_be_read_not_written(world_dir: Path) -> None:
 
     def reader() -> dict[str, Any]:
         s = Store(root, shared=True)
-        report = s.verify()
+        report = s.verify().to_dict()
         try:
             s.put(b"not allowed")
         except StoreIOError as e:
@@ -179,7 +179,7 @@ def test_disk_full_is_a_store_error_and_recoverable(tmpfs: Path) -> None:
     assert stored, "some puts fit before the disk filled"
     assert list((tmpfs / "s" / "tmp").iterdir()) == []  # the partial write is gone
     report = store.verify()
-    assert report["ok"] and report["objects"] == len(stored) + 1
+    assert report.ok and report.objects == len(stored) + 1
     filler.unlink()
     again = store.put(os.urandom(256 << 10))
     assert len(store.get(again)) == 256 << 10

@@ -50,7 +50,7 @@ def signed(tmp_path: Path, keys: dict[str, str]) -> tuple[Store, dict[str, str],
     refs = make_entries(store, 2)
     path = tmp_path / "signed.bundle"
     report = store.export_bundle(None, path, sign_with=tmp_path / "alice.key")
-    assert report["refs"] == 2
+    assert report.refs == 2
     return store, refs, path
 
 
@@ -82,7 +82,7 @@ def test_signed_round_trip(signed: tuple[Store, dict[str, str], Path], keys: dic
     assert open_bundle(path).signer == keys["alice"]
 
     dst = Store(tmp_path / "dst")
-    assert dst.import_bundle(path, trusted_keys=[keys["alice"]])["refs"] == 2
+    assert dst.import_bundle(path, trusted_keys=[keys["alice"]]).refs == 2
 
 
 def test_unsigned_and_foreign_bundles_are_refused(
@@ -104,7 +104,7 @@ def test_unsigned_and_foreign_bundles_are_refused(
     for bundle in (unsigned, path):
         with pytest.raises(UntrustedError):
             dst.import_bundle(bundle, trusted_keys=[keys["mallory"]])
-    assert dst.refs() == [] and dst.stats()["objects"] == 0  # nothing was written
+    assert dst.refs() == [] and dst.stats().objects == 0  # nothing was written
 
     with pytest.raises(ValueError, match="64 hex digits"):
         open_bundle(path, trusted_keys=["ed25519:1234"])
@@ -187,7 +187,7 @@ def test_a_changed_blob_is_refused_when_read(
     bundle = open_bundle(victim, verify=False, trusted_keys=[keys["alice"]])
     with pytest.raises(CorruptObjectError):
         bundle.get(victim_digest)
-    assert bundle.verify()["corrupt"] == [victim_digest]
+    assert bundle.verify().corrupt == [victim_digest]
 
 
 def test_an_open_bundle_keeps_its_bytes_when_the_path_is_replaced(tmp_path: Path, keys: dict[str, str]) -> None:
@@ -207,7 +207,7 @@ def test_an_open_bundle_keeps_its_bytes_when_the_path_is_replaced(tmp_path: Path
     store.export_bundle(None, path, sign_with=tmp_path / "alice.key")
     assert path.stat().st_ino != inode  # a new file, not the old one rewritten
     assert {ref: load_entry(old, ref) for ref in first} == before
-    assert old.verify()["ok"]
+    assert old.verify().ok
     new = open_bundle(path, trusted_keys=[keys["alice"]])
     assert new.refs() == sorted(second)
     assert [p for p in os.listdir(tmp_path) if p.endswith(".tmp")] == []

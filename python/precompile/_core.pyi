@@ -3,21 +3,29 @@
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypedDict, final
+from typing import Any, final
 
 from typing_extensions import Buffer
 
 __all__ = [
     "Blob",
     "Bundle",
+    "BundleStats",
+    "BundleVerifyReport",
     "CorruptObjectError",
+    "EvictReport",
+    "ExportReport",
     "FormatError",
+    "GcReport",
+    "ImportReport",
     "InvalidDigestError",
     "InvalidNameError",
     "LockTimeout",
     "MissingObjectError",
     "RefConflictError",
     "RefNotFoundError",
+    "RefUsage",
+    "Stats",
     "Store",
     "StoreError",
     "StoreFileExistsError",
@@ -27,6 +35,8 @@ __all__ = [
     "StoreNotADirectoryError",
     "StorePermissionError",
     "UntrustedError",
+    "Usage",
+    "VerifyReport",
     "__version__",
     "blake3_hex",
     "keygen",
@@ -89,81 +99,190 @@ class UntrustedError(StoreError):
     that is not trusted, or changed after signing; or a store owned or writable by another
     user. Nothing of it was read."""
 
-class _GcReport(TypedDict):
-    objects_freed: int
-    bytes_freed: int
-    objects_kept: int
-    tmp_freed: int
-    dry_run: bool
+@final
+class GcReport:
+    """What `Store.gc` swept (or, with `dry_run`, would sweep)."""
 
-class _VerifyReport(TypedDict):
-    objects: int
-    bytes: int
-    corrupt: list[str]
-    missing: list[str]
-    unknown: list[str]
-    ok: bool
+    @property
+    def objects_freed(self) -> int: ...
+    @property
+    def bytes_freed(self) -> int: ...
+    @property
+    def objects_kept(self) -> int: ...
+    @property
+    def tmp_freed(self) -> int: ...
+    @property
+    def dry_run(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
 
-class _Stats(TypedDict):
-    objects: int
-    bytes: int
-    refs: int
-    dedup_hits: int
-    puts: int
-    gets: int
-    misses: int
+@final
+class VerifyReport:
+    """What `Store.verify` found: digests of corrupt objects, of objects refs reach that are
+    missing, and of manifests in a version this build cannot read."""
 
-class _ExportReport(TypedDict):
-    blobs: int
-    refs: int
-    bytes: int
+    @property
+    def objects(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def corrupt(self) -> list[str]: ...
+    @property
+    def missing(self) -> list[str]: ...
+    @property
+    def unknown(self) -> list[str]: ...
+    @property
+    def ok(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
 
-class _ImportReport(TypedDict):
-    objects_new: int
-    objects_present: int
-    bytes_new: int
-    refs: int
-    refs_changed: int
-    objects_repaired: int
+@final
+class Stats:
+    """`Store.stats`: objects, bytes and refs on disk; puts, gets and dedup hits since open."""
 
-class _EvictReport(TypedDict):
-    refs_evicted: list[str]
-    bytes_before: int
-    bytes_after: int
-    objects_freed: int
-    bytes_freed: int
-    objects_kept: int
-    tmp_freed: int
-    dry_run: bool
+    @property
+    def objects(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def refs(self) -> int: ...
+    @property
+    def dedup_hits(self) -> int: ...
+    @property
+    def puts(self) -> int: ...
+    @property
+    def gets(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
 
-class _RefUsage(TypedDict):
-    name: str
-    digest: str
-    mtime: float | None
-    objects: int
-    bytes: int
-    unique_bytes: int
-    missing: int
+@final
+class ExportReport:
+    """What `Store.export_bundle` wrote."""
 
-class _Usage(TypedDict):
-    refs: list[_RefUsage]
-    objects: int
-    bytes: int
-    reachable_bytes: int
-    logical_bytes: int
+    @property
+    def blobs(self) -> int: ...
+    @property
+    def refs(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
 
-class _BundleVerifyReport(TypedDict):
-    blobs: int
-    bytes: int
-    corrupt: list[str]
-    ok: bool
+@final
+class ImportReport:
+    """What `Store.import_bundle` did."""
 
-class _BundleStats(TypedDict):
-    blobs: int
-    bytes: int
-    refs: int
-    gets: int
-    misses: int
+    @property
+    def objects_new(self) -> int: ...
+    @property
+    def objects_present(self) -> int: ...
+    @property
+    def bytes_new(self) -> int: ...
+    @property
+    def refs(self) -> int: ...
+    @property
+    def refs_changed(self) -> int: ...
+    @property
+    def objects_repaired(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
+
+@final
+class EvictReport:
+    """What `Store.evict` did: the refs it deleted, the store's size before and after, and
+    the sweep that followed."""
+
+    @property
+    def refs_evicted(self) -> list[str]: ...
+    @property
+    def bytes_before(self) -> int: ...
+    @property
+    def bytes_after(self) -> int: ...
+    @property
+    def objects_freed(self) -> int: ...
+    @property
+    def bytes_freed(self) -> int: ...
+    @property
+    def objects_kept(self) -> int: ...
+    @property
+    def tmp_freed(self) -> int: ...
+    @property
+    def dry_run(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
+
+@final
+class RefUsage:
+    """One ref in `Store.usage`: its closure's size, and what only it holds. `mtime` is the
+    ref's last use in seconds since the epoch, or None if unknown."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def digest(self) -> str: ...
+    @property
+    def mtime(self) -> float | None: ...
+    @property
+    def objects(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def unique_bytes(self) -> int: ...
+    @property
+    def missing(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
+
+@final
+class Usage:
+    """`Store.usage`: each ref's closure size and the store's totals."""
+
+    @property
+    def refs(self) -> list[RefUsage]: ...
+    @property
+    def objects(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def reachable_bytes(self) -> int: ...
+    @property
+    def logical_bytes(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
+
+@final
+class BundleVerifyReport:
+    """What `Bundle.verify` found: the digests of blobs that do not hash to their name."""
+
+    @property
+    def blobs(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def corrupt(self) -> list[str]: ...
+    @property
+    def ok(self) -> bool: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
+
+@final
+class BundleStats:
+    """`Bundle.stats`: blobs, bytes (of the file) and refs; gets and misses since open."""
+
+    @property
+    def blobs(self) -> int: ...
+    @property
+    def bytes(self) -> int: ...
+    @property
+    def refs(self) -> int: ...
+    @property
+    def gets(self) -> int: ...
+    @property
+    def misses(self) -> int: ...
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a plain dict, one key per attribute (JSON-ready)."""
 
 # Called as progress(done, total) with bytes processed, about ten times a second.
 _Progress = Callable[[int, int], object]
@@ -250,13 +369,13 @@ class Store:
     def get_manifest(self, digest: str) -> tuple[list[str], dict[str, Any]]:
         """Reads the manifest `digest`: (children, meta)."""
 
-    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> _GcReport:
+    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> GcReport:
         """Sweeps objects no ref reaches that are older than `grace_seconds`."""
 
-    def verify(self, *, progress: _Progress | None = None) -> _VerifyReport:
+    def verify(self, *, progress: _Progress | None = None) -> VerifyReport:
         """Rehashes every object and checks that everything refs reach exists."""
 
-    def stats(self) -> _Stats:
+    def stats(self) -> Stats:
         """Objects, bytes and refs on disk; puts, gets and dedup hits since open."""
 
     def export_bundle(
@@ -266,7 +385,7 @@ class Store:
         *,
         progress: _Progress | None = None,
         sign_with: str | Path | None = None,
-    ) -> _ExportReport:
+    ) -> ExportReport:
         """Writes refs `refs` (None: all) and everything they reach to one bundle file,
         signed with the secret key file `sign_with` when given."""
 
@@ -276,14 +395,14 @@ class Store:
         *,
         progress: _Progress | None = None,
         trusted_keys: Sequence[str | Path] | None = None,
-    ) -> _ImportReport:
+    ) -> ImportReport:
         """Unpacks the bundle at `path` (idempotent, deduplicating); with trusted keys
         (default: $PRECOMPILE_TRUSTED_KEYS), only a bundle one of them signed."""
 
-    def evict(self, max_size: int, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> _EvictReport:
+    def evict(self, max_size: int, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> EvictReport:
         """Deletes least recently used refs until the store fits in `max_size` bytes, then sweeps."""
 
-    def usage(self) -> _Usage:
+    def usage(self) -> Usage:
         """Each ref's closure size and the store's totals."""
 
 @final
@@ -327,7 +446,7 @@ class Bundle:
         """Every blob digest, sorted."""
 
     def __len__(self) -> int: ...
-    def verify(self, parallel: bool = True, *, progress: _Progress | None = None) -> _BundleVerifyReport:
+    def verify(self, parallel: bool = True, *, progress: _Progress | None = None) -> BundleVerifyReport:
         """Hashes every blob (in parallel by default, without the GIL)."""
 
     def verify_blobs(self, digests: Sequence[str]) -> list[str]:
@@ -336,7 +455,7 @@ class Bundle:
     def prefetch(self, digests: Sequence[str]) -> None:
         """Asks the kernel to read the given blobs ahead (madvise WILLNEED)."""
 
-    def stats(self) -> _BundleStats:
+    def stats(self) -> BundleStats:
         """Blobs, bytes (of the file) and refs; gets and misses since open."""
 
 def open_bundle(path: str | Path, *, verify: bool = True, trusted_keys: Sequence[str | Path] | None = None) -> Bundle:

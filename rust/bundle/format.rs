@@ -93,6 +93,12 @@ pub const VERSION_SIGNED: u32 = 2;
 pub const HEADER_LEN: usize = 128;
 /// Size of the trailer: a blake3 hash plus [`END_MAGIC`].
 pub const TRAILER_LEN: usize = 40;
+/// Magic bytes at the start of the signature section.
+pub const SIGNATURE_MAGIC: [u8; 8] = *b"PCBSIG\0\0";
+/// The only signature scheme defined: ed25519.
+pub const SCHEME_ED25519: u32 = 1;
+/// Size of the signature section.
+pub const SIGNATURE_LEN: usize = 8 + 4 + 4 + 32 + 64;
 /// Alignment the writer uses for blobs of at least this many bytes.
 pub const PAGE_ALIGN: u32 = 4096;
 /// Alignment the writer uses for all other blobs.
@@ -184,7 +190,7 @@ impl Header {
         } else {
             (read_u64(bytes, 88), read_u64(bytes, 96))
         };
-        if version == VERSION_SIGNED && sig_len != super::sign::SIGNATURE_LEN as u64 {
+        if version == VERSION_SIGNED && sig_len != SIGNATURE_LEN as u64 {
             return Err(format_error(format!(
                 "bad signature section length {sig_len}"
             )));

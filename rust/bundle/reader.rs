@@ -10,7 +10,9 @@ use super::format::{trailer_hash, Header, END_MAGIC, HEADER_LEN, TRAILER_LEN};
 use super::index::Index;
 use super::sign::{self, PublicKey, TrustedKeys};
 use super::{format_error, io_error, missing_error, refs};
+use crate::base::Blob;
 use crate::error::Error;
+use crate::hash::Digest;
 
 /// An open, validated bundle.
 ///
@@ -68,7 +70,7 @@ impl Bundle {
         let path = path.as_ref().to_path_buf();
         // Not File::open: a FIFO would block the open forever, and a device
         // (`/dev/zero`) would map endless bytes. Regular files only.
-        let file = crate::store::open_regular(&path)?;
+        let file = crate::base::open_regular(&path)?;
         let file_len = file.metadata().map_err(|e| io_error(&path, e))?.len();
         // Too short for header + trailer; checked before mapping since an empty file
         // cannot be mapped at all.
@@ -218,6 +220,16 @@ impl Deref for BlobView {
 impl AsRef<[u8]> for BlobView {
     fn as_ref(&self) -> &[u8] {
         self.as_bytes()
+    }
+}
+
+impl Blob {
+    /// A blob whose bytes are `view`'s slice of a bundle mapping; the
+    /// mapping stays alive as long as any blob or view of it does.
+    /// `digest` is trusted: check it before handing the blob out.
+    pub fn from_view(digest: Digest, view: BlobView) -> Self {
+        let range = view.offset..view.offset + view.len;
+        Blob::from_shared(digest, view.map, range)
     }
 }
 

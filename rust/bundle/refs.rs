@@ -8,14 +8,14 @@ use crate::error::Error;
 
 /// Longest ref name, in bytes; the store's limit, which also keeps names within the
 /// table's u16 length field.
-pub const MAX_REF_NAME_LEN: usize = crate::store::refs::MAX_NAME_LEN;
+pub const MAX_REF_NAME_LEN: usize = crate::base::ref_name::MAX_NAME_LEN;
 
 /// Checks that `name` is a valid ref name: the store's rules, so that any ref a bundle
 /// carries can be set in a store when the bundle is unpacked (non-empty, at most 255 bytes,
 /// relative, `/`-separated components that are non-empty and do not start with `.`, no NUL
 /// or backslash). Fails with `Error::InvalidName`.
 pub fn validate_ref_name(name: &str) -> Result<(), Error> {
-    crate::store::refs::validate_name(name)
+    crate::base::ref_name::validate_name(name)
 }
 
 /// Serializes the refs table; a `BTreeMap` already iterates in name-byte order.

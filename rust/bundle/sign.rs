@@ -27,15 +27,11 @@ use std::path::Path;
 
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 
+// The section layout is part of the byte format; re-exported here, where it is used.
 use super::format::read_u32;
+pub use super::format::{SCHEME_ED25519, SIGNATURE_LEN, SIGNATURE_MAGIC};
 use crate::error::Error;
 
-/// Magic bytes at the start of the signature section.
-pub const SIGNATURE_MAGIC: [u8; 8] = *b"PCBSIG\0\0";
-/// The only signature scheme defined: ed25519.
-pub const SCHEME_ED25519: u32 = 1;
-/// Size of the signature section.
-pub const SIGNATURE_LEN: usize = 8 + 4 + 4 + 32 + 64;
 /// Prefix of a public key's text form.
 pub const PUBLIC_PREFIX: &str = "ed25519:";
 /// Prefix of a secret key file's content.

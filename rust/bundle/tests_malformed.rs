@@ -157,7 +157,7 @@ fn a_flipped_metadata_byte_fails_the_trailer_hash() {
 fn an_offset_past_the_data_region_is_rejected() {
     let msg = forged(|b, l| {
         let past_eof = (b.len() as u64).next_multiple_of(4096) + 4096;
-        put_u64(b, l.entry_at(0), past_eof)
+        put_u64(b, l.entry_at(0), past_eof);
     });
     assert!(msg.contains("outside the data region"), "{msg}");
     // offset + len overflows u64.
@@ -177,7 +177,7 @@ fn a_misaligned_blob_is_rejected() {
     let msg = forged(|b, l| {
         let at = l.entry_at(page_blob);
         let moved = read_u64(b, at) - 64;
-        put_u64(b, at, moved)
+        put_u64(b, at, moved);
     });
     assert!(msg.contains("not aligned"), "{msg}");
 }

@@ -4,9 +4,9 @@ use std::collections::HashSet;
 
 use super::reader::Bundle;
 use super::{corrupt_error, format_error, hex, missing_error};
+use crate::base::manifest::{looks_like_manifest, Manifest};
 use crate::error::Error;
 use crate::hash::hash_bytes;
-use crate::store::manifest::{looks_like_manifest, Manifest};
 
 impl Bundle {
     /// Decodes the manifest named `digest`, after checking its bytes against the digest

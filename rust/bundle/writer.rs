@@ -6,8 +6,9 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::format::SIGNATURE_LEN;
 use super::format::{self, Header, HEADER_LEN, MIN_ALIGN, PAGE_ALIGN};
-use super::sign::{SecretKey, SIGNATURE_LEN};
+use super::sign::SecretKey;
 use super::{corrupt_error, index, io_error, missing_error, refs};
 use crate::error::Error;
 
@@ -65,7 +66,7 @@ impl BundleWriter {
         remove_stale_tmp(&path, &name);
         // Unpredictable and created with O_EXCL: a pid namespace repeating
         // pids, or another user planting a name, cannot collide with it.
-        let tmp_name = format!(".{name}.{}.tmp", crate::store::durable::random_name());
+        let tmp_name = format!(".{name}.{}.tmp", crate::base::durable::random_name());
         let tmp_path = path.with_file_name(tmp_name);
         let file = OpenOptions::new()
             .write(true)

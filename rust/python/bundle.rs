@@ -5,11 +5,10 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
-use std::time::{Duration, UNIX_EPOCH};
 
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 
+use super::reports::{BundleStats, BundleVerifyReport, ExportReport, ImportReport};
 use super::{parse_digest, progress, PyBlob, GIL_RELEASE_MIN};
 use crate::bundle::{Bundle, SecretKey, TrustedKeys};
 use crate::error::Error;
@@ -191,7 +190,7 @@ impl PyBundle {
     }
 
     /// Hashes every blob (in parallel by default, without the GIL):
-    /// {blobs, bytes, corrupt, ok}. `progress(done, total)` is called with
+    /// a `BundleVerifyReport`. `progress(done, total)` is called with
     /// bytes hashed while it runs.
     #[pyo3(signature = (parallel = true, *, progress = None))]
     fn verify<'py>(
@@ -199,7 +198,7 @@ impl PyBundle {
         py: Python<'py>,
         parallel: bool,
         progress: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    ) -> PyResult<BundleVerifyReport> {
         let r = progress::run(py, progress, |p| self.bundle.verify_all_with(parallel, p))?;
         let corrupt: HashSet<[u8; 32]> = r.corrupt.iter().copied().collect();
         self.mark_verified(
@@ -208,12 +207,7 @@ impl PyBundle {
                 .filter(|d| !corrupt.contains(*d))
                 .copied(),
         );
-        let d = PyDict::new(py);
-        d.set_item("blobs", r.blobs)?;
-        d.set_item("bytes", r.bytes)?;
-        d.set_item("corrupt", r.corrupt.iter().map(hex).collect::<Vec<_>>())?;
-        d.set_item("ok", r.corrupt.is_empty())?;
-        Ok(d)
+        Ok(r.into())
     }
 
     /// Hashes the given blobs in parallel, without the GIL, and returns those
@@ -239,14 +233,12 @@ impl PyBundle {
     }
 
     /// Blobs, bytes (of the file) and refs; gets and misses since open.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let d = PyDict::new(py);
-        d.set_item("blobs", self.bundle.len())?;
-        d.set_item("bytes", self.bundle.file_len())?;
-        d.set_item("refs", self.bundle.refs().len())?;
-        d.set_item("gets", self.gets.load(Ordering::Relaxed))?;
-        d.set_item("misses", self.misses.load(Ordering::Relaxed))?;
-        Ok(d)
+    fn stats(&self) -> BundleStats {
+        BundleStats::of(
+            &self.bundle,
+            self.gets.load(Ordering::Relaxed),
+            self.misses.load(Ordering::Relaxed),
+        )
     }
 
     fn __repr__(&self) -> String {
@@ -304,7 +296,7 @@ pub(super) fn export<'py>(
     path: PathBuf,
     callback: Option<&Bound<'py, PyAny>>,
     sign_with: Option<PathBuf>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<ExportReport> {
     // Load the key first: a bad key file must not cost a whole export.
     let key = sign_with.map(|k| SecretKey::load(&k)).transpose()?;
     let summary = progress::run(py, callback, |p| {
@@ -314,11 +306,7 @@ pub(super) fn export<'py>(
         };
         store.export_bundle_with(&names, &path, key.as_ref(), p)
     })?;
-    let d = PyDict::new(py);
-    d.set_item("blobs", summary.blobs)?;
-    d.set_item("refs", summary.refs)?;
-    d.set_item("bytes", summary.bytes)?;
-    Ok(d)
+    Ok(summary.into())
 }
 
 /// `Store.import_bundle`.
@@ -328,69 +316,10 @@ pub(super) fn import<'py>(
     path: PathBuf,
     callback: Option<&Bound<'py, PyAny>>,
     trusted_keys: Option<Vec<PathBuf>>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<ImportReport> {
     let trust = resolve_trust(trusted_keys)?;
     let r = progress::run(py, callback, |p| {
         store.import_bundle_with(&path, trust.as_ref(), p)
     })?;
-    let d = PyDict::new(py);
-    d.set_item("objects_new", r.objects_new)?;
-    d.set_item("objects_present", r.objects_present)?;
-    d.set_item("bytes_new", r.bytes_new)?;
-    d.set_item("refs", r.refs)?;
-    d.set_item("refs_changed", r.refs_changed)?;
-    d.set_item("objects_repaired", r.objects_repaired)?;
-    Ok(d)
-}
-
-/// `Store.evict`: the GC report plus what eviction did.
-pub(super) fn evict<'py>(
-    py: Python<'py>,
-    store: &Store,
-    max_size: u64,
-    dry_run: bool,
-    grace: Duration,
-) -> PyResult<Bound<'py, PyDict>> {
-    let r = py.detach(|| store.evict(max_size, dry_run, grace))?;
-    let d = PyDict::new(py);
-    d.set_item("refs_evicted", r.refs_evicted)?;
-    d.set_item("bytes_before", r.bytes_before)?;
-    d.set_item("bytes_after", r.bytes_after)?;
-    d.set_item("objects_freed", r.gc.objects_freed)?;
-    d.set_item("bytes_freed", r.gc.bytes_freed)?;
-    d.set_item("objects_kept", r.gc.objects_kept)?;
-    d.set_item("tmp_freed", r.gc.tmp_freed)?;
-    d.set_item("dry_run", r.gc.dry_run)?;
-    Ok(d)
-}
-
-/// `Store.usage`.
-pub(super) fn usage<'py>(py: Python<'py>, store: &Store) -> PyResult<Bound<'py, PyDict>> {
-    let u = py.detach(|| store.usage())?;
-    let list = u
-        .refs
-        .iter()
-        .map(|r| {
-            let item = PyDict::new(py);
-            item.set_item("name", &r.name)?;
-            item.set_item("digest", r.digest.to_hex())?;
-            let mtime = r.mtime.map(|t| {
-                let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-                since.as_secs_f64()
-            });
-            item.set_item("mtime", mtime)?;
-            item.set_item("objects", r.objects)?;
-            item.set_item("bytes", r.bytes)?;
-            item.set_item("unique_bytes", r.unique_bytes)?;
-            item.set_item("missing", r.missing)?;
-            Ok(item)
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    let d = PyDict::new(py);
-    d.set_item("refs", list)?;
-    d.set_item("objects", u.objects)?;
-    d.set_item("bytes", u.bytes)?;
-    d.set_item("reachable_bytes", u.reachable_bytes)?;
-    d.set_item("logical_bytes", u.logical_bytes)?;
-    Ok(d)
+    Ok(r.into())
 }

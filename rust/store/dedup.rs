@@ -9,25 +9,14 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use memmap2::Mmap;
-use rustix::fs::OFlags;
 
+use crate::base::beneath::Dir;
+use crate::base::durable::{random_name, touch_fd, TmpFile};
+use crate::base::{object_names, object_rel, open_object_at, Existing, Expect, Opened};
 use crate::error::{Error, IoContext, Result};
 use crate::hash::{hash_open_file, Digest};
-use crate::store::beneath::Dir;
-use crate::store::durable::{random_name, touch_fd, TmpFile};
-use crate::store::objects::{object_names, object_rel, ReadAt};
+use crate::store::objects::ReadAt;
 use crate::store::Store;
-
-/// What is at an object's path.
-pub(crate) enum Existing {
-    /// Nothing.
-    Absent,
-    /// A regular file of the right size whose content hashes to its name.
-    Good(File),
-    /// Something else: a wrong size or content, a symlink (dangling or
-    /// not), a directory, a FIFO. A put replaces it.
-    Damaged { directory: bool },
-}
 
 /// Objects this handle has hashed and found intact, by the identity of the
 /// file it hashed: a dedup hit on one of them costs an open and an fstat,
@@ -57,19 +46,6 @@ impl VerifiedCache {
         }
         map.insert(*digest, identity(meta));
     }
-}
-
-/// What a put knows of the content it is about to store, to check an
-/// object already at its path against.
-#[derive(Clone, Copy)]
-pub(crate) enum Expect<'a> {
-    /// Nothing: the object is hashed.
-    Unknown,
-    /// Its length: checked first; then the object is hashed.
-    Len(u64),
-    /// The bytes themselves: compared directly, which is exact and faster
-    /// than hashing.
-    Bytes(&'a [u8]),
 }
 
 impl Store {
@@ -119,23 +95,11 @@ impl Store {
     /// handle's cache already knows this very file as sound).
     pub(crate) fn existing(&self, digest: &Digest, expect: Expect<'_>) -> Result<Existing> {
         let rel = object_rel(digest);
-        let file = match self
-            .dirs
-            .objects
-            .open(&rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-        {
-            Ok(file) => file,
-            Err(e) => {
-                return match e.raw_os_error() {
-                    Some(libc::ENOENT) => Ok(Existing::Absent),
-                    // A symlink (dangling or not) at the object path, or in
-                    // its fan-out directory's place.
-                    Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::ENXIO) => {
-                        Ok(Existing::Damaged { directory: false })
-                    }
-                    _ => Err(Error::io(self.dirs.objects.path().join(rel), e)),
-                };
-            }
+        let file = match open_object_at(&self.dirs.objects, digest) {
+            Ok(Opened::File(file)) => file,
+            Ok(Opened::Absent) => return Ok(Existing::Absent),
+            Ok(Opened::Link) => return Ok(Existing::Damaged { directory: false }),
+            Err(e) => return Err(Error::io(self.dirs.objects.path().join(rel), e)),
         };
         let meta = file.metadata().at(&self.dirs.objects.path().join(&rel))?;
         if meta.is_dir() {

@@ -6,10 +6,10 @@ use std::time::{Duration, SystemTime};
 
 use rustix::fs::FileType;
 
+use crate::base::manifest::Manifest;
 use crate::error::Result;
 use crate::hash::Digest;
 use crate::lock::LockMode;
-use crate::store::manifest::Manifest;
 use crate::store::mark::{Marked, Strictness};
 use crate::store::stats::ObjectEntry;
 use crate::store::Store;

@@ -13,10 +13,10 @@ use std::fs;
 use std::io::{self, ErrorKind};
 use std::path::{Path, PathBuf};
 
+use crate::base::beneath::Dir;
+use crate::base::durable::{fsync_dir, TmpFile};
 use crate::error::{Error, IoContext, Result};
 use crate::hash::Digest;
-use crate::store::beneath::Dir;
-use crate::store::durable::{fsync_dir, TmpFile};
 
 /// First line of `FORMAT`.
 pub const FORMAT_MAGIC: &str = "precompile-store";

@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeSet, HashSet};
 
+use crate::base::manifest::{looks_like_manifest, unknown_version, Manifest, MAX_MANIFEST_LEN};
 use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
-use crate::store::manifest::{looks_like_manifest, unknown_version, Manifest, MAX_MANIFEST_LEN};
 use crate::store::refs::{read_ref, walk_refs};
 use crate::store::Store;
 

@@ -12,22 +12,16 @@
 //!   refreshes that object's mtime so the grace period protects it until the
 //!   caller has had time to reference it (see `objects.rs`).
 
-pub(crate) mod beneath;
-mod blob;
-mod dedup;
-pub mod durable;
+pub(crate) mod dedup;
 mod evict;
-mod export;
 mod gc;
 pub mod layout;
-pub mod manifest;
-mod mark;
+mod manifest;
+pub(crate) mod mark;
 mod objects;
 mod owner;
 pub mod refs;
 mod stats;
-#[cfg(test)]
-mod tests_bundle;
 mod usage;
 mod verify;
 
@@ -38,13 +32,11 @@ use crate::error::{IoContext, Result};
 use crate::hash::Digest;
 use crate::lock::{GcLock, LockMode};
 
-pub use blob::Blob;
+pub use crate::base::manifest::Manifest;
+pub use crate::base::Blob;
 pub use evict::EvictReport;
-pub use export::ImportReport;
 pub use gc::GcReport;
 pub use layout::{Dirs, Layout};
-pub use manifest::Manifest;
-pub(crate) use objects::open_regular;
 pub use objects::PutOutcome;
 pub use stats::Stats;
 pub use usage::{RefUsage, Usage};
@@ -160,6 +152,6 @@ mod tests {
         fn assert_send_sync<T: Send + Sync>() {}
         assert_send_sync::<Store>();
         assert_send_sync::<Blob>();
-        assert_send_sync::<crate::Error>();
+        assert_send_sync::<crate::error::Error>();
     }
 }

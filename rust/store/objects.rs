@@ -7,15 +7,14 @@ use std::path::Path;
 
 use memmap2::Mmap;
 use rayon::prelude::*;
-use rustix::fs::OFlags;
 
+use crate::base::beneath::EntryStat;
+use crate::base::durable::TmpFile;
+use crate::base::manifest::MANIFEST_MAGIC;
+use crate::base::{object_rel, open_object_at, open_regular, Existing, Expect, Opened};
 use crate::error::{Error, IoContext, Result};
 use crate::hash::{hash_bytes, hash_open_file, Digest};
 use crate::lock::LockMode;
-use crate::store::beneath::EntryStat;
-use crate::store::dedup::{Existing, Expect};
-use crate::store::durable::TmpFile;
-use crate::store::manifest::MANIFEST_MAGIC;
 use crate::store::{Blob, Store};
 
 /// What a put did.
@@ -25,18 +24,6 @@ pub struct PutOutcome {
     pub digest: Digest,
     /// False when the content was already stored (nothing was written).
     pub new: bool,
-}
-
-/// The fan-out directory name and file name of an object.
-pub(crate) fn object_names(digest: &Digest) -> (String, String) {
-    let hex = digest.to_hex();
-    (hex[..2].to_owned(), hex[2..].to_owned())
-}
-
-/// `<2 hex>/<62 hex>`, relative to `objects/`.
-pub(crate) fn object_rel(digest: &Digest) -> String {
-    let hex = digest.to_hex();
-    format!("{}/{}", &hex[..2], &hex[2..])
 }
 
 impl Store {
@@ -179,23 +166,12 @@ impl Store {
     /// Opens an object for reading, following no link: a symlink or a
     /// non-regular file at its path is [`Error::Corrupt`].
     pub(crate) fn open_object(&self, digest: &Digest) -> Result<(File, EntryStat)> {
-        let rel = object_rel(digest);
-        let path = || self.dirs.objects.path().join(&rel);
-        let file = match self
-            .dirs
-            .objects
-            .open(&rel, OFlags::RDONLY | OFlags::NONBLOCK, 0)
-        {
-            Ok(file) => file,
-            Err(e) => {
-                return Err(match e.raw_os_error() {
-                    Some(libc::ENOENT) => Error::Missing { digest: *digest },
-                    Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::ENXIO) => {
-                        Error::Corrupt { digest: *digest }
-                    }
-                    _ => Error::io(path(), e),
-                })
-            }
+        let path = || self.object_path(digest);
+        let file = match open_object_at(&self.dirs.objects, digest) {
+            Ok(Opened::File(file)) => file,
+            Ok(Opened::Absent) => return Err(Error::Missing { digest: *digest }),
+            Ok(Opened::Link) => return Err(Error::Corrupt { digest: *digest }),
+            Err(e) => return Err(Error::io(path(), e)),
         };
         let st = rustix::fs::fstat(&file).map_err(|e| Error::io(path(), e.into()))?;
         let st = EntryStat::from_stat(&st);
@@ -248,45 +224,6 @@ impl Store {
         let mut head = [0u8; MANIFEST_MAGIC.len()];
         file.read_exact_at(&mut head, 0).is_ok() && head == MANIFEST_MAGIC
     }
-}
-
-/// Opens a file the caller named, following links (the caller's choice of
-/// path), without blocking, and refuses anything but a regular file.
-pub(crate) fn open_regular(path: &Path) -> Result<File> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
-        rustix::fs::Mode::empty(),
-    )
-    .map_err(|e| Error::io(path, e.into()))?;
-    let file = File::from(fd);
-    let meta = file.metadata().at(path)?;
-    if !meta.is_file() {
-        let kind = if meta.is_dir() {
-            "a directory"
-        } else if std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()) {
-            "a FIFO"
-        } else if std::os::unix::fs::FileTypeExt::is_char_device(&meta.file_type())
-            || std::os::unix::fs::FileTypeExt::is_block_device(&meta.file_type())
-        {
-            "a device"
-        } else {
-            "not a regular file"
-        };
-        let error_kind = if meta.is_dir() {
-            io::ErrorKind::IsADirectory
-        } else {
-            io::ErrorKind::InvalidInput
-        };
-        return Err(Error::io(
-            path,
-            io::Error::new(
-                error_kind,
-                format!("{kind}: only regular files can be stored or opened"),
-            ),
-        ));
-    }
-    Ok(file)
 }
 
 /// Reads a file from offset 0 with pread, leaving its file position alone.

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::fs::FileType;
 
+use crate::base::beneath::{Dir, EntryStat};
 use crate::error::Result;
 use crate::hash::Digest;
-use crate::store::beneath::{Dir, EntryStat};
 use crate::store::refs::walk_refs;
 use crate::store::Store;
 

@@ -21,15 +21,15 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
     with ByteProgress(err, "verifying") as bar:
         if src.store is not None:
             r = src.store.verify(progress=bar)
-            doc = dict(r)
+            doc = r.to_dict()
         else:
             assert src.bundle is not None
             b = src.bundle.verify(progress=bar)
             doc = {
-                "ok": b["ok"],
-                "objects": b["blobs"],
-                "bytes": b["bytes"],
-                "corrupt": b["corrupt"],
+                "ok": b.ok,
+                "objects": b.blobs,
+                "bytes": b.bytes,
+                "corrupt": b.corrupt,
                 "missing": [],
                 "signer": src.bundle.signer,
             }
@@ -56,9 +56,9 @@ def cmd_gc(args: argparse.Namespace, src: Source) -> int:
     doc: dict[str, Any]
     with status:
         if args.max_size is not None:
-            doc = dict(store.evict(args.max_size, dry_run=args.dry_run, grace_seconds=args.grace))
+            doc = store.evict(args.max_size, dry_run=args.dry_run, grace_seconds=args.grace).to_dict()
         else:
-            doc = dict(store.gc(dry_run=args.dry_run, grace_seconds=args.grace))
+            doc = store.gc(dry_run=args.dry_run, grace_seconds=args.grace).to_dict()
     if args.json:
         emit_json(doc)
         return 0
@@ -81,7 +81,7 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
             raise UsageError(f"no ref named {name!r}")
     with ByteProgress(err, "exporting") as bar:
         names = args.refs or paths.shared_refs(store.refs())
-        doc: dict[str, Any] = dict(store.export_bundle(names, args.out, progress=bar, sign_with=args.sign))
+        doc: dict[str, Any] = store.export_bundle(names, args.out, progress=bar, sign_with=args.sign).to_dict()
     doc["path"] = args.out
     doc["signed"] = args.sign is not None
     if args.json:
@@ -97,7 +97,7 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
 def cmd_import(args: argparse.Namespace, src: Source) -> int:
     store = src.need_store("import")
     with ByteProgress(err, "importing") as bar:
-        doc = store.import_bundle(args.bundle, progress=bar, trusted_keys=args.trusted_key)
+        doc = store.import_bundle(args.bundle, progress=bar, trusted_keys=args.trusted_key).to_dict()
     if args.json:
         emit_json(doc)
     else:

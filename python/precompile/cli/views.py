@@ -162,7 +162,7 @@ class Source:
     def usage(self) -> dict[str, Any]:
         """`Store.usage()`, or the same numbers worked out for a bundle."""
         if self.store is not None:
-            return dict(self.store.usage())
+            return self.store.usage().to_dict()
         b = self.bundle
         assert b is not None
         closures = {name: b.closure(str(b.get_ref(name))) for name in b.refs()}
@@ -195,4 +195,4 @@ class Source:
         """(hits, misses) of blob reads through this handle since it was opened."""
         src: Any = self.store if self.store is not None else self.bundle
         stats = src.stats()
-        return int(stats["gets"]), int(stats["misses"])
+        return int(stats.gets), int(stats.misses)

@@ -1,6 +1,4 @@
-//! Moving entries between a store and a bundle: export packs refs and
-//! everything they reach into one file; import unpacks one, deduplicating
-//! against what the store already holds.
+//! Import: unpacks a bundle into a store, deduplicating against what the store already holds.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -8,13 +6,13 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use crate::bundle::{Bundle, BundleSummary, BundleWriter, SecretKey, TrustedKeys};
+use crate::base::manifest::{looks_like_manifest, Manifest};
+use crate::base::{Existing, Expect};
+use crate::bundle::{Bundle, TrustedKeys};
 use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::lock::LockMode;
 use crate::progress::Progress;
-use crate::store::dedup::{Existing, Expect};
-use crate::store::manifest::{looks_like_manifest, Manifest};
 use crate::store::mark::{Marked, Strictness};
 use crate::store::Store;
 
@@ -83,65 +81,6 @@ fn digest_of(raw: &[u8; 32]) -> Digest {
 }
 
 impl Store {
-    /// Writes a bundle at `path` holding the refs `names` and every object
-    /// they reach, directly or through manifests.
-    ///
-    /// Objects are laid out depth-first from each ref, so the blobs of one
-    /// entry sit together in the file and prefetch as one range. Each object
-    /// is rehashed as it is copied, so a corrupt object fails the export
-    /// (`Error::Corrupt`) rather than ship; an unknown ref name is
-    /// `Error::NoSuchRef`, an unreachable object `Error::Missing`. The GC
-    /// lock is held shared throughout, so GC cannot sweep what is being
-    /// packed; writers carry on. The bundle appears at `path` complete or
-    /// not at all.
-    pub fn export_bundle(&self, names: &[String], path: &Path) -> Result<BundleSummary> {
-        self.export_bundle_with(names, path, None, &Progress::new())
-    }
-
-    /// [`export_bundle`](Self::export_bundle), signed with `sign` when
-    /// given, counting copied bytes into `progress` and stopping (leaving no
-    /// file) once it is cancelled.
-    pub fn export_bundle_with(
-        &self,
-        names: &[String],
-        path: &Path,
-        sign: Option<&SecretKey>,
-        progress: &Progress,
-    ) -> Result<BundleSummary> {
-        let _lock = self.lock(LockMode::Shared)?;
-        let mut named = Vec::with_capacity(names.len());
-        for name in names {
-            match self.get_ref(name)? {
-                Some(digest) => named.push((name, digest)),
-                None => return Err(Error::NoSuchRef(name.clone())),
-            }
-        }
-        let mut marked = Marked::default();
-        self.mark(named.iter().map(|(_, d)| *d), Strictness::Fail, &mut marked)?;
-        if let Some(digest) = marked.missing.first() {
-            return Err(Error::Missing { digest: *digest });
-        }
-        let mut objects = Vec::with_capacity(marked.order.len());
-        for digest in &marked.order {
-            // Opened now, through the store's own directories without
-            // following links; the lock keeps GC from removing them.
-            let (file, st) = self.open_object(digest)?;
-            objects.push((digest, file, st.len));
-        }
-        progress.set_total(objects.iter().map(|o| o.2).sum());
-
-        let mut writer = BundleWriter::create(path)?;
-        for (digest, file, len) in &objects {
-            progress.check(path)?;
-            writer.add_blob_from_reader(*digest.as_bytes(), *len, file)?;
-            progress.add(*len);
-        }
-        for (name, digest) in &named {
-            writer.add_ref(name, *digest.as_bytes())?;
-        }
-        writer.finish_signed(sign)
-    }
-
     /// Unpacks the bundle at `path` into the store: every blob the store
     /// lacks is verified against its digest and written through the normal
     /// crash-safe put path (in parallel), then the bundle's refs are set.

@@ -12,8 +12,8 @@ use std::time::SystemTime;
 
 use rustix::fs::{self as rfs, AtFlags, OFlags, Timestamps};
 
+use crate::base::beneath::Dir;
 use crate::error::{Error, IoContext, Result};
-use crate::store::beneath::Dir;
 
 /// fsyncs a directory, making the entries created or removed in it durable.
 pub fn fsync_dir(dir: &Path) -> Result<()> {

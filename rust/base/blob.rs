@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use memmap2::Mmap;
 
-use crate::bundle::BlobView;
 use crate::hash::Digest;
 
 /// An object's content, backed by a shared read-only mapping of its file
@@ -16,7 +15,7 @@ use crate::hash::Digest;
 /// unlinked (by GC, say): on Linux an unlinked file lives on while mapped.
 ///
 /// A blob may also be a slice of a larger shared mapping: a blob served out
-/// of a bundle file is ([`Blob::from_view`]).
+/// of a bundle file is (`Blob::from_view`, defined beside the bundle reader).
 #[derive(Clone)]
 pub struct Blob {
     digest: Digest,
@@ -34,14 +33,13 @@ impl Blob {
         }
     }
 
-    /// A blob whose bytes are `view`'s slice of a bundle mapping; the
-    /// mapping stays alive as long as any blob or view of it does.
-    /// `digest` is trusted: check it before handing the blob out.
-    pub fn from_view(digest: Digest, view: BlobView) -> Self {
-        let range = view.offset()..view.offset() + view.len();
+    /// A blob whose bytes are `range` of a mapping shared with other
+    /// blobs (a bundle's, say); the mapping stays alive as long as any of
+    /// them does. `digest` is trusted: check it before handing the blob out.
+    pub(crate) fn from_shared(digest: Digest, map: Arc<Mmap>, range: Range<usize>) -> Self {
         Blob {
             digest,
-            map: Some(Arc::clone(view.mmap())),
+            map: Some(map),
             range,
         }
     }
