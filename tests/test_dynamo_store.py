@@ -134,9 +134,11 @@ def test_truncated_object_is_a_miss_with_a_warning(
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     scenario = load_scenario("scenario_under_test")
     counters.clear()
-    with precompile.installed(copy, save_on_exit=False) as cache:
-        with pytest.warns(precompile.PrecompileWarning, match="could not be loaded"):
-            assert cache.load(scenario.MLP.forward) is None
+    with (
+        precompile.installed(copy, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="could not be loaded"),
+    ):
+        assert cache.load(scenario.MLP.forward) is None
     assert counters["dynamo_cache"]["dynamo_cache_error"] == 1
 
 

@@ -116,9 +116,8 @@ def test_probe_load_marks_trust_a_marked_probe(store: Path, tmp_path: Path) -> N
     command = [sys.executable, "-c", program]
 
     assert cpu_vec_isa.subprocess.check_call(command) == 0
-    with off(tc.probe_load_marks):
-        with pytest.raises(subprocess.CalledProcessError):
-            cpu_vec_isa.subprocess.check_call(command, stderr=subprocess.DEVNULL)
+    with off(tc.probe_load_marks), pytest.raises(subprocess.CalledProcessError):
+        cpu_vec_isa.subprocess.check_call(command, stderr=subprocess.DEVNULL)
 
 
 def test_autotune_capture_records_each_result_file(store: Path, tmp_path: Path) -> None:
@@ -220,9 +219,8 @@ def test_object_aliases_binds_a_class_alias_at_install(store: Path, tmp_path: Pa
             _reset(_deque_of)
 
     assert bound_alias() is collections.deque
-    with off(tc.object_aliases):
-        with pytest.raises(ModuleNotFoundError, match="collections:deque"):
-            bound_alias()
+    with off(tc.object_aliases), pytest.raises(ModuleNotFoundError, match="collections:deque"):
+        bound_alias()
 
 
 def test_install_hardening_turns_a_failed_install_into_a_compile(
@@ -250,9 +248,8 @@ def test_install_hardening_turns_a_failed_install_into_a_compile(
         assert counters["precompile"]["install_failed"] == 1
         _reset(_sin_plus)
         try:
-            with off(tc.install_hardening):
-                with pytest.raises(pickle.UnpicklingError):
-                    torch.compile(_sin_plus)(x)
+            with off(tc.install_hardening), pytest.raises(pickle.UnpicklingError):
+                torch.compile(_sin_plus)(x)
         finally:
             _reset(_sin_plus)
 

@@ -69,9 +69,8 @@ def test_source_pickling_round_trips_a_source_with_derived_fields(store: Path) -
 
     source = DefaultsSource(LocalSource("fn"), 0)
     assert pickle.loads(pickle.dumps(source)) == source
-    with off(tc.source_pickling):
-        with pytest.raises(TypeError):
-            pickle.loads(pickle.dumps(source))
+    with off(tc.source_pickling), pytest.raises(TypeError):
+        pickle.loads(pickle.dumps(source))
 
 
 def test_unbound_global_names_skip_a_bound_name(store: Path) -> None:

@@ -37,7 +37,7 @@ def as_user(uid: int, fn: Callable[[], Any]) -> Any:
             os.setuid(uid)
             os.umask(0o002)
             out = {"ok": fn()}
-        except BaseException as e:  # noqa: BLE001 - reported to the parent
+        except BaseException as e:
             out = {
                 "error": f"{type(e).__name__}: {e}",
                 "errno": getattr(e, "errno", None),

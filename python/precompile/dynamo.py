@@ -205,7 +205,7 @@ def _install_failed(package: Any, error: BaseException) -> None:
     log.debug("installing a stored entry failed", exc_info=error)
     try:
         key = tc.source_id_from_fn(fn) if fn is not None else ""
-    except Exception:  # noqa: BLE001 - the key only labels the record
+    except Exception:
         key = ""
     explain.install_failed(key, f"{type(error).__name__}: {error}; compiling instead", fn=fn)
 
@@ -231,7 +231,7 @@ def install(
     directory shared with one of the user's groups). `remote` (a URL such as
     `redis://host:6379/0` or `redis+cluster://host:7000`, or a
     `precompile.remote.Remote`; default `$PRECOMPILE_REMOTE`) is read last and
-    receives every save; see `precompile.remote_layer`. With `enable`, sets
+    receives every save; see `precompile.remote.layer`. With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
     the previous installation.

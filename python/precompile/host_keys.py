@@ -81,7 +81,7 @@ def prime(store: ReadStore, writable: WriteStore | None, *, gpu: bool) -> None:
         _done.add(spec.name)
         try:
             _prime_one(store, writable, spec)
-        except Exception:  # noqa: BLE001 - a memo is an optimization only
+        except Exception:
             log.debug("install hash %s: memo skipped", spec.name, exc_info=True)
 
 
@@ -117,5 +117,5 @@ def record(writable: WriteStore, *, gpu: bool) -> None:
             ref = memo_ref(spec.name, files_digest)
             if writable.get_ref(ref) is None:
                 writable.set_ref(ref, writable.put(spec.compute().encode("utf-8")))
-        except Exception:  # noqa: BLE001 - a memo is an optimization only
+        except Exception:
             log.debug("install hash %s: memo not recorded", spec.name, exc_info=True)

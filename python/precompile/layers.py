@@ -18,7 +18,7 @@ from .protocols import BatchRead, ReadStore, Signed, WriteStore
 from .remote import Remote, RemoteLayer
 
 if TYPE_CHECKING:
-    from ._core import _GcReport, _Stats
+    from ._core import GcReport, Stats
 
 __all__ = ["Layer", "LayerSource", "LayeredStore", "ReadOnlyStore", "open_layer", "open_layered", "writable_of"]
 
@@ -197,10 +197,10 @@ class LayeredStore:
     def touch_ref(self, name: str) -> bool:
         return self.writable.touch_ref(name)
 
-    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> _GcReport:
+    def gc(self, dry_run: bool = False, grace_seconds: float = 3600.0) -> GcReport:
         return self.writable.gc(dry_run=dry_run, grace_seconds=grace_seconds)
 
-    def stats(self) -> _Stats:
+    def stats(self) -> Stats:
         return self.writable.stats()
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import sys
 import time
 
@@ -142,7 +143,7 @@ def _unrolled_module(n: int, directory: str) -> type[torch.nn.Module]:
         lines += [f"    x = self.blocks[{i}](x)", "    torch._dynamo.graph_break()"]
     lines += ["    return x", ""]
     text = "\n".join(lines)
-    if not os.path.exists(path) or open(path).read() != text:
+    if not os.path.exists(path) or pathlib.Path(path).read_text() != text:
         with open(path, "w") as f:
             f.write(text)
     sys.path.insert(0, directory)

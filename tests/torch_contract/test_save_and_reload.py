@@ -60,7 +60,7 @@ def test_reload_serves_every_frame_without_recompiling(store: Path) -> None:
         got = [torch.compile(_sin_cos)(a), torch.compile(_cos_plus)(b)]
     torch.testing.assert_close(got, expected)
     # Loading compiles no frame: the counter stands where the cold run left it.
-    assert convert_frame.FRAME_COUNTER == frames
+    assert frames == convert_frame.FRAME_COUNTER
     assert counters["dynamo_cache"]["dynamo_cache_hit"] == 2
 
 
@@ -86,9 +86,8 @@ def test_fail_on_recompile_still_fails_without_an_entry(store: Path) -> None:
     torch.compile(_sin_cos)(torch.randn(3, 2))
     # Nothing saved: the store holds no entry, so this is a recompile.
     reset()
-    with torch.compiler.set_stance("fail_on_recompile"):
-        with pytest.raises(RuntimeError, match="fail_on_recompile"):
-            torch.compile(_sin_cos)(torch.randn(3, 2))
+    with torch.compiler.set_stance("fail_on_recompile"), pytest.raises(RuntimeError, match="fail_on_recompile"):
+        torch.compile(_sin_cos)(torch.randn(3, 2))
     assert counters["dynamo_cache"]["dynamo_cache_miss"] >= 1
 
 

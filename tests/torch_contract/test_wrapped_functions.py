@@ -91,11 +91,13 @@ def _saved_and_reloaded(module: type[torch.nn.Module], x: torch.Tensor, expected
 
 def test_a_guard_through_a_wrapped_function_loads_and_still_checks(store: Path) -> None:
     x = torch.randn(4)
-    with _saved_and_reloaded(_Decorated, x, x.sin() + 1):
-        # The same frame code (plus_one's, shared by both classes) under the
-        # other flag fails the loaded guard.
-        with pytest.raises(RuntimeError, match="fail_on_recompile"):
-            torch.compile(_DecoratedFlagged())(x)
+    # The same frame code (plus_one's, shared by both classes) under the
+    # other flag fails the loaded guard.
+    with (
+        _saved_and_reloaded(_Decorated, x, x.sin() + 1),
+        pytest.raises(RuntimeError, match="fail_on_recompile"),
+    ):
+        torch.compile(_DecoratedFlagged())(x)
 
 
 def _named(fn: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:

@@ -55,7 +55,7 @@ class _SourcePickling(_Patch):
             object.__setattr__(probe, f.name, None)
         try:
             args = kind.__dict__["__reduce__"](probe)[1]
-        except Exception:  # noqa: BLE001 - a reduce we cannot probe is left alone
+        except Exception:
             return False
         return len(args) != len(init)
 

@@ -111,7 +111,7 @@ class _GuardStateDumpErrors(_Patch):
                 return original(self, builder, sorted_guards, output_graph)
             except PackageError:
                 raise  # torch's own bypass
-            except Exception as e:  # noqa: BLE001 - every other failure bypasses, as in newer torch
+            except Exception as e:
                 output_graph.bypass_package(f"Guard evaluation failed: {type(e).__name__}: {e}")
                 return b""
 
@@ -193,7 +193,7 @@ def _attributes_of(builder: Any, guards: Any, args: tuple[Any, ...], kwargs: dic
             if isinstance(source, AttrSource) and base is not None:
                 try:
                     owner = builder.get(base)
-                except Exception:  # noqa: BLE001 - a source the build could not read names nothing
+                except Exception:
                     owner = None
                 if inspect.ismodule(owner) or isinstance(owner, type):
                     found.setdefault(id(owner), set()).add(source.member)

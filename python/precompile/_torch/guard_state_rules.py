@@ -238,7 +238,7 @@ def _same(saved: Any, live: Any) -> bool:
         return list(saved) == list(live) and all(_same(v, live[k]) for k, v in saved.items())
     try:
         return bool(saved == live)
-    except Exception:  # noqa: BLE001 - an answer that cannot be had is a difference
+    except Exception:
         return False
 
 

@@ -218,7 +218,7 @@ class _UnbuildableGuards(_Patch):
             try:
                 with _stored_guards_built_once():
                     return load_guard_manager(guards_state, target_code, *args, **kwargs)
-            except Exception as e:  # noqa: BLE001 - whatever the build raised, the variant must not run
+            except Exception as e:
                 log.debug("the guards of a stored variant of %s cannot be built", target_code.co_name, exc_info=True)
                 return refusing(f"could not be built at install ({type(e).__name__}: {e})")
 

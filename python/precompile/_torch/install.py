@@ -68,10 +68,13 @@ class _BackendCapture(_Patch):
         def _lookup(key: str, local: bool, remote: bool, args: Any, cache_info: Any, aot_config: Any) -> Any:
             result = original(key, local, remote, args, cache_info, aot_config)
             backend_id = getattr(aot_config, "precompile_backend_id", None)
-            if result is not None and backend_id is not None:
-                if PrecompileContext.serialize_artifact_by_key(backend_id) is None:
-                    counters["precompile"]["backends_captured"] += 1
-                    PrecompileContext.record_artifact(BundledAOTAutogradCacheArtifact(backend_id, result[0]))
+            if (
+                result is not None
+                and backend_id is not None
+                and PrecompileContext.serialize_artifact_by_key(backend_id) is None
+            ):
+                counters["precompile"]["backends_captured"] += 1
+                PrecompileContext.record_artifact(BundledAOTAutogradCacheArtifact(backend_id, result[0]))
             return result
 
         self._replace(cache, "_lookup", staticmethod(_lookup))

@@ -145,7 +145,7 @@ def _types_a_named_script_function(builder: Any, guard: Any, script_function: ty
         return False
     try:
         value = builder.get(guard)
-    except Exception:  # noqa: BLE001 - a value that cannot be read stays torch's to refuse
+    except Exception:
         return False
     return type(value) is script_function and _script_function_name(value) is not None
 

@@ -153,9 +153,8 @@ class _ProbeLoadCheck:
 
 
 def _mark_loaded(library: str) -> None:
-    with contextlib.suppress(OSError):
-        with open(library + ".load_ok", "w"):
-            pass
+    with contextlib.suppress(OSError), open(library + ".load_ok", "w"):
+        pass
 
 
 class _ProbeLoadMarks(_Patch):

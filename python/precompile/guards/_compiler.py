@@ -166,11 +166,14 @@ class _Compiler:
             if node.args or node.keywords:
                 raise self.fail(node, "arguments to .storage_offset()")
             return _tensor_prop_loader(base, "storage_offset", None)
-        if isinstance(func, ast.Attribute) and func.attr in _TENSOR_PROPS:
-            if self.placeholder_name(func.value) is not None:
-                if node.args or node.keywords:
-                    raise self.fail(node, f"arguments to .{func.attr}()")
-                raise self.fail(node, f"un-indexed .{func.attr}()")
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr in _TENSOR_PROPS
+            and self.placeholder_name(func.value) is not None
+        ):
+            if node.args or node.keywords:
+                raise self.fail(node, f"arguments to .{func.attr}()")
+            raise self.fail(node, f"un-indexed .{func.attr}()")
         fname = _dotted(func)
         if fname is None or fname not in _FUNCTIONS:
             if fname is None and isinstance(func, ast.Attribute):

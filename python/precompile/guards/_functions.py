@@ -31,14 +31,13 @@ def _mul(a: Any, b: Any) -> Any:
 
 
 def _pow(a: Any, b: Any) -> Any:
-    if _is_int(a) and _is_int(b):
-        # |a| <= 1 is cheap for any exponent; everything else is capped so a
-        # guard cannot ask for 10**10**9.
-        if abs(a) > 1:
-            if abs(b) > MAX_EXPONENT:
-                raise GuardEvaluationError(f"exponent {b} exceeds the cap of {MAX_EXPONENT}")
-            if b > 0 and (a.bit_length() - 1) * b > MAX_INT_BITS:
-                raise GuardEvaluationError(f"{a} ** {b} exceeds {MAX_INT_BITS} bits; refusing to compute it")
+    # |a| <= 1 is cheap for any exponent; everything else is capped so a
+    # guard cannot ask for 10**10**9.
+    if _is_int(a) and _is_int(b) and abs(a) > 1:
+        if abs(b) > MAX_EXPONENT:
+            raise GuardEvaluationError(f"exponent {b} exceeds the cap of {MAX_EXPONENT}")
+        if b > 0 and (a.bit_length() - 1) * b > MAX_INT_BITS:
+            raise GuardEvaluationError(f"{a} ** {b} exceeds {MAX_INT_BITS} bits; refusing to compute it")
     return a**b
 
 
