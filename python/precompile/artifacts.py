@@ -30,7 +30,7 @@ class StoredBackendArtifact(BundledAOTAutogradCacheArtifact):
         self._edited: Any = None
 
     @property
-    def content(self) -> Any:  # type: ignore[override]
+    def content(self) -> Any:
         if self._edited is not None:
             return self._edited
         return self.stored.materialize()

@@ -14,9 +14,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 
-def _model():  # type: ignore[no-untyped-def]
+def _model() -> tuple[Any, Any]:
     import torch
 
     torch.manual_seed(0)
@@ -35,7 +36,8 @@ def _child(mode: str, store: str, out: str) -> None:
     model, x = _model()
     start = time.perf_counter()
     with torch.no_grad():
-        y = torch.compile(model)(x)
+        compiled: Any = torch.compile(model)
+        y = compiled(x)
     seconds = time.perf_counter() - start
     if mode == "compile":
         precompile.save()
@@ -46,7 +48,7 @@ def _child(mode: str, store: str, out: str) -> None:
         json.dump({"seconds": seconds, "hits": counters["dynamo_cache"]["dynamo_cache_hit"]}, f)
 
 
-def _side(mode: str, store: str, work: str) -> dict:
+def _side(mode: str, store: str, work: str) -> dict[str, Any]:
     out = os.path.join(work, mode + ".json")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, mode + "-inductor")}
     subprocess.run(
@@ -56,7 +58,7 @@ def _side(mode: str, store: str, work: str) -> dict:
         stderr=subprocess.DEVNULL,
     )
     with open(out) as f:
-        result = json.load(f)
+        result: dict[str, Any] = json.load(f)
     result["out"] = out + ".pt"
     return result
 

@@ -124,7 +124,8 @@ class StoreDynamoCache(tc.DynamoStore):
         try:
             digest = self.store.get_ref(ref_name(key))
         except Exception as e:  # an unreadable ref is an error, not a miss
-            return self._load_failed(key, e, fn)
+            self._load_failed(key, e, fn)
+            return None
         if digest is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
@@ -132,7 +133,8 @@ class StoreDynamoCache(tc.DynamoStore):
         try:
             entry = fetch_entry(self.store, digest)
         except Exception as e:
-            return self._load_failed(key, e, fn)
+            self._load_failed(key, e, fn)
+            return None
         # Loading its backends hashes torch's (and for a GPU entry Triton's)
         # installation: use the memoized hashes where the install matches.
         host_keys.prime(self.store, self.writable, gpu=entry.dynamo.device_type != "cpu")
@@ -146,7 +148,8 @@ class StoreDynamoCache(tc.DynamoStore):
             for backend in entry.backends.values():
                 tc.PrecompileContext.record_artifact(backend)
         except Exception as e:
-            return self._load_failed(key, e, fn)
+            self._load_failed(key, e, fn)
+            return None
         tc.counters["dynamo_cache"]["dynamo_cache_hit"] += 1
         tc.served_entries.hand(entry)
         with contextlib.suppress(Exception):

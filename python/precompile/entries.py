@@ -183,7 +183,7 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
             needed += use.binding.children()
     blobs.update(get_many(store, needed))
 
-    backends = {}
+    backends: dict[Any, Any] = {}
     for bid, use in meta.backends.items():
         held = stored[use.manifest]
         if isinstance(held, StoredBackend):

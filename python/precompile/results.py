@@ -275,7 +275,7 @@ class StoredGraph:
     def materialize(self) -> CompiledFxGraph:
         """A fresh `CompiledFxGraph`, as torch had it before saving."""
         meta, blobs = self.meta, self.blobs
-        graph = load_pickled(meta.skeleton, blobs)
+        graph: CompiledFxGraph = load_pickled(meta.skeleton, blobs)
         _restore_fields(graph, {n: blobs[d] for n, d in meta.fields.items()}, GRAPH_JSON_FIELDS)
         if meta.triton or meta.static_autotuners is not None:
             set_triton_bundle(
@@ -293,7 +293,7 @@ class StoredGraph:
         return graph
 
 
-def put_binding(store: WriteStore, result: BundledAOTAutogradResult) -> Binding:
+def put_binding(store: WriteStore, result: BundledAOTAutogradResult[Any]) -> Binding:
     """The per-use part of a result (see `schema.Binding`).
 
     Kept in the entry rather than the backend manifest, it leaves equal
@@ -320,7 +320,7 @@ class StoredBackend:
     blobs: dict[str, Any]
 
     @staticmethod
-    def put(store: WriteStore, result: BundledAOTAutogradResult) -> str:
+    def put(store: WriteStore, result: BundledAOTAutogradResult[Any]) -> str:
         """Store the shareable part of `result`; returns its manifest digest."""
         fw = StoredGraph.put(store, result.compiled_fw.result)
         bw = None
@@ -385,10 +385,10 @@ class StoredBackend:
         if self.backward is not None:
             self.backward.place_libraries(cache_dir)
 
-    def materialize(self) -> BundledAOTAutogradResult:
+    def materialize(self) -> BundledAOTAutogradResult[Any]:
         """A fresh `BundledAOTAutogradResult`, as torch recorded it."""
         blobs, binding = self.blobs, self.binding
-        result = load_pickled(self.meta.skeleton, blobs)
+        result: BundledAOTAutogradResult[Any] = load_pickled(self.meta.skeleton, blobs)
         _restore_fields(result, {n: blobs[d] for n, d in binding.fields.items()})
         config = result.sanitized_aot_config
         if binding.aot_id is not None and hasattr(config, "aot_id"):
@@ -398,6 +398,8 @@ class StoredBackend:
                 setattr(config, name, value)
         result.compiled_fw.result = self.forward.materialize()
         if self.backward is not None:
+            # Saved with a backward, so the skeleton holds its place.
+            assert result.compiled_bw is not None
             result.compiled_bw.result = self.backward.materialize()
         bw_module = self.meta.bw_module
         if bw_module is not None:

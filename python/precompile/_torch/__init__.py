@@ -26,7 +26,6 @@ from .classes import (
     TritonKernelArtifact,
     TritonKernelArtifacts,
     _DynamoCacheEntry,
-    annotations,
     counters,
 )
 from .dynamo_cache import (
@@ -111,7 +110,6 @@ __all__ = [
     "_Patch",
     "_ProbeLoadCheck",
     "alias_target",
-    "annotations",
     "autotune_capture",
     "backend_capture",
     "backend_setup_gc",

@@ -18,6 +18,7 @@ from torch._inductor.triton_bundler import TritonBundle, TritonKernelArtifact, T
 DynamoCacheEntry = _DynamoCacheEntry
 
 __all__ = [
+    "_DynamoCacheEntry",
     "BackendCacheArtifact",
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",

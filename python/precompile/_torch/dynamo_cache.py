@@ -134,7 +134,9 @@ def innermost_fn(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def recompiles_log() -> logging.Logger:
     """torch's `recompiles` artifact logger: `TORCH_LOGS=recompiles` shows it."""
-    return torch._logging.getArtifactLogger("torch._dynamo.guards", "recompiles")
+    from torch._logging._internal import getArtifactLogger
+
+    return getArtifactLogger("torch._dynamo.guards", "recompiles")
 
 
 def recorded_entries() -> dict[str, _DynamoCacheEntry]:
@@ -143,9 +145,9 @@ def recorded_entries() -> dict[str, _DynamoCacheEntry]:
     return entries
 
 
-def recorded_backends() -> dict[str, Any]:
+def recorded_backends() -> dict[Any, Any]:
     """The backend artifacts torch recorded in this process, by backend id (live: not a copy)."""
-    backends: dict[str, Any] = PrecompileContext._backend_artifacts_by_key
+    backends: dict[Any, Any] = PrecompileContext._backend_artifacts_by_key
     return backends
 
 

@@ -106,7 +106,7 @@ class _GuardStateDumpErrors(_Patch):
             return
 
         @functools.wraps(original)
-        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, output_graph: Any) -> bytes:
+        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, output_graph: Any) -> Any:
             try:
                 return original(self, builder, sorted_guards, output_graph)
             except PackageError:
@@ -207,7 +207,8 @@ guard_state_reducers = _GuardStateReducers()
 def unpickle_guards_state(unpickle: Callable[[bytes], Any], data: bytes) -> Any:
     """`unpickle(data)`, the state marked with the data found changed since the save."""
     outer = getattr(_changed_reads, "found", None)
-    _changed_reads.found = found = []
+    found: list[str] = []
+    _changed_reads.found = found
     try:
         state = unpickle(data)
     finally:

@@ -250,7 +250,7 @@ _changed_reads = threading.local()
 def _import_checked(module_name: str, qualname: str, saved: dict[str, Any]) -> Any:
     """The module (`qualname` empty) or class `_named_reads` saved, by name, its
     guarded data compared with what it holds here."""
-    owner = importlib.import_module(module_name)
+    owner: object = importlib.import_module(module_name)
     if qualname:
         owner = object_paths.walk(owner, qualname)
     found = getattr(_changed_reads, "found", None)
@@ -268,7 +268,7 @@ def _import_checked(module_name: str, qualname: str, saved: dict[str, Any]) -> A
 
 def _rebuild_dict_subclass(cls: type, items: list[tuple[Any, Any]], attributes: dict[str, Any] | None) -> Any:
     """A dict subclass `_dict_subclass_items` saved, its items as they were."""
-    rebuilt = dict.__new__(cls)  # type: ignore[call-overload]
+    rebuilt: dict[Any, Any] = dict.__new__(cls)
     dict.update(rebuilt, items)
     if attributes:
         vars(rebuilt).update(attributes)

@@ -44,7 +44,7 @@ class _GuardEvaluation(_Patch):
         original = vars(ShapeEnv)["evaluate_guards_expression"]
 
         @functools.wraps(original)
-        def evaluate_guards_expression(shape_env: Any, code: str, args: Any) -> bool:
+        def evaluate_guards_expression(shape_env: Any, code: str, args: Any) -> Any:
             from .. import guards
 
             values = list(args)
@@ -75,7 +75,7 @@ def _config_patches_are_thread_local() -> bool:
 STORED_GUARDS_BUILT_ONCE = _config_patches_are_thread_local()
 
 
-def _stored_guards_built_once() -> contextlib.AbstractContextManager[Any]:
+def _stored_guards_built_once() -> Any:
     """Build a stored guard state's manager in one pass.
 
     With `caching_precompile` on, `CheckFunctionManager` builds every guard

@@ -200,7 +200,7 @@ def _picklable_autotuner(autotuner: Any) -> Any:
     whose autotuners already ran. This copies one the way torch's bundler
     does, leaving the live one untouched.
     """
-    kernel = getattr(autotuner, "kernel", None)
+    kernel: Any = getattr(autotuner, "kernel", None)
     if not getattr(kernel, "launchers", None) or not hasattr(kernel, "prepare_for_pickle"):
         return autotuner
     import copy
@@ -229,7 +229,7 @@ def picklable_triton_bundle(bundle: Any) -> Any:
 
 def _make_result_picklable(result: Any) -> None:
     for side in ("compiled_fw", "compiled_bw"):
-        graph = getattr(getattr(result, side, None), "result", None)
+        graph: Any = getattr(getattr(result, side, None), "result", None)
         bundle = getattr(graph, "_triton_bundle", None)
         if bundle is not None:
             graph._triton_bundle = picklable_triton_bundle(bundle)

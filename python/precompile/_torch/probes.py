@@ -130,7 +130,7 @@ class _ProbeLoadCheck:
         path = program[len(self._head) : len(program) - len(self._tail)]
         return path if os.path.isabs(path) and "\n" not in path and '"' not in path else None
 
-    def check_call(self, args: Any, *rest: Any, **kwargs: Any) -> int:
+    def check_call(self, args: Any, *rest: Any, **kwargs: Any) -> Any:
         library = self._probe(args)
         if library is None:
             return self._module.check_call(args, *rest, **kwargs)

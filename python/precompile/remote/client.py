@@ -14,7 +14,7 @@ import collections
 import contextlib
 import os
 import urllib.parse
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from .._core import CorruptObjectError, MissingObjectError, blake3_hex
@@ -84,7 +84,7 @@ class Remote:
         # Connecting waits for the first command (a cluster client would
         # otherwise reach the cluster in the constructor), so a remote that
         # is down costs a miss there and never fails the caller's setup.
-        self._connect = lambda: connect(redis_url, connect_timeout, timeout)
+        self._connect: Callable[[], Any] = lambda: connect(redis_url, connect_timeout, timeout)
         self._conn: Any = None
         self._delete_if_old: Any = None
 
@@ -136,7 +136,7 @@ class Remote:
         if value is None:
             self.counters["ref_misses"] += 1
             return None
-        digest = value.decode(errors="replace")
+        digest: str = value.decode(errors="replace")
         if not is_digest(digest):
             self.counters["corrupt"] += 1
             raise CorruptObjectError(f"remote ref {name!r} holds {value[:80]!r}, not a digest")
