@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synthetic import make_entries
+from support.synthetic import make_entries
 
 from precompile import Store, open_bundle
 from precompile.layers import LayeredStore, ReadOnlyStore, open_layer, open_layered, writable_of
