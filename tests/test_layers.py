@@ -52,8 +52,8 @@ def test_a_layered_store_writes_to_its_writable_store(bundle_path: Path, tmp_pat
     assert layered.touch_ref("dynamo/here")
     local = Store(tmp_path / "local")
     assert local.get_ref("dynamo/here") == digest
-    assert layered.stats()["objects"] == 1
-    assert layered.gc(dry_run=True)["objects_freed"] == 0
+    assert layered.stats().objects == 1
+    assert layered.gc(dry_run=True).objects_freed == 0
     assert layered.delete_ref("dynamo/here") and local.get_ref("dynamo/here") is None
     assert layered.remote is None
     with pytest.raises(TypeError, match="Bundle is read-only"):

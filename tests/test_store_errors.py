@@ -38,12 +38,22 @@ def test_raised_errors_have_the_right_type(tmp_path: Path) -> None:
 
 STORE_NAMES = [
     "Blob",
+    "BundleStats",
+    "BundleVerifyReport",
     "CorruptObjectError",
+    "EvictReport",
+    "ExportReport",
     "FormatError",
+    "GcReport",
+    "ImportReport",
     "LockTimeout",
     "MissingObjectError",
+    "RefUsage",
+    "Stats",
     "Store",
     "StoreError",
+    "Usage",
+    "VerifyReport",
     "__version__",
     "blake3_hex",
 ]
