@@ -13,13 +13,13 @@ import pickle
 import subprocess
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 from support.patches import off, require, tc
-from torch._C._dynamo.eval_frame import _reset_precompile_entries
+from support.torch_contract import forget
 from torch._dynamo.precompile_context import PrecompileContext
 from torch._dynamo.utils import counters
 
@@ -35,23 +35,14 @@ def inductor_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("inductor")
 
 
-def _reset(*fns: Callable[..., object]) -> None:
-    """Forget compiled and loaded code, as a fresh process would start."""
-    torch._dynamo.reset()
-    PrecompileContext.clear()
-    for fn in fns:
-        _reset_precompile_entries(fn.__code__)
-    counters.clear()
-
-
 @pytest.fixture
 def store(tmp_path: Path, inductor_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
-    _reset()
+    forget()
     path = tmp_path / "store"
     with precompile.installed(path, save_on_exit=False):
         yield path
-    _reset()
+    forget()
 
 
 # A module switch the guards of `_switched` read, saved by name with its value.
@@ -74,13 +65,13 @@ def saved(tmp_path_factory: pytest.TempPathFactory, inductor_dir: Path) -> Itera
     path = tmp_path_factory.mktemp("saved") / "store"
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(inductor_dir))
-        _reset(_sin_plus, _switched)
+        forget(_sin_plus, _switched)
         with precompile.installed(path, save_on_exit=False):
             x = torch.ones(3)
             torch.compile(_sin_plus)(x)
             torch.compile(_switched)(x)
             assert len(precompile.save().entries) == 2
-        _reset(_sin_plus, _switched)
+        forget(_sin_plus, _switched)
     yield path
 
 
@@ -206,7 +197,7 @@ def test_object_aliases_binds_a_class_alias_at_install(store: Path, tmp_path: Pa
     module = sys.modules[__name__]
 
     def bound_alias() -> object:
-        _reset(_deque_of)
+        forget(_deque_of)
         loaded, backends = disk.load_package(_deque_of, path)
         for entry in loaded._codes.values():
             entry.import_sources["___module_precompile_deque"] = "collections:deque"
@@ -216,7 +207,7 @@ def test_object_aliases_binds_a_class_alias_at_install(store: Path, tmp_path: Pa
         finally:
             loaded.uninstall()
             vars(module).pop("___module_precompile_deque", None)
-            _reset(_deque_of)
+            forget(_deque_of)
 
     assert bound_alias() is collections.deque
     with off(tc.object_aliases), pytest.raises(ModuleNotFoundError, match="collections:deque"):
@@ -242,16 +233,16 @@ def test_install_hardening_turns_a_failed_install_into_a_compile(
     x = torch.ones(3)
     with precompile.installed(saved, save_on_exit=False):
         require(tc.install_hardening)
-        _reset(_sin_plus)
+        forget(_sin_plus)
         with pytest.warns(precompile.PrecompileWarning, match="install_failed"):
             torch.testing.assert_close(torch.compile(_sin_plus)(x), _sin_plus(x))
         assert counters["precompile"]["install_failed"] == 1
-        _reset(_sin_plus)
+        forget(_sin_plus)
         try:
             with off(tc.install_hardening), pytest.raises(pickle.UnpicklingError):
                 torch.compile(_sin_plus)(x)
         finally:
-            _reset(_sin_plus)
+            forget(_sin_plus)
 
 
 def test_unbuildable_guards_refuse_a_variant_whose_saved_data_changed(
@@ -262,19 +253,19 @@ def test_unbuildable_guards_refuse_a_variant_whose_saved_data_changed(
     x = torch.ones(3)
     with precompile.installed(saved, save_on_exit=False):
         require(tc.unbuildable_guards)
-        _reset(_switched)
+        forget(_switched)
         try:
             with pytest.warns(precompile.PrecompileWarning, match="guard_failed"):
                 torch.testing.assert_close(torch.compile(_switched)(x), x - 1)
             assert counters["precompile"]["variants_unbuildable"] == 1
-            _reset(_switched)
+            forget(_switched)
             with off(tc.unbuildable_guards):
                 # torch rebuilds the guard on the value it finds and runs the
                 # code traced with the saved one.
                 torch.testing.assert_close(torch.compile(_switched)(x), x + 1)
             assert counters["precompile"]["variants_unbuildable"] == 0
         finally:
-            _reset(_switched)
+            forget(_switched)
 
 
 def test_lazy_kernel_templates_compile_on_first_use(store: Path) -> None:

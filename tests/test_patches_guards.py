@@ -20,42 +20,33 @@ from typing import Any
 import pytest
 import torch
 from support.patches import off, require, tc
-from torch._C._dynamo.eval_frame import _reset_precompile_entries
+from support.torch_contract import WithUnpicklable, forget, scaled_by
 from torch._dynamo.precompile_context import PrecompileContext
-from torch._dynamo.utils import counters
 
 import precompile
 
 pytestmark = pytest.mark.torch
 
 
-def _reset(*fns: Callable[..., object]) -> None:
-    torch._dynamo.reset()
-    PrecompileContext.clear()
-    for fn in fns:
-        _reset_precompile_entries(fn.__code__)
-    counters.clear()
-
-
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
-    _reset()
+    forget()
     path = tmp_path / "store"
     with precompile.installed(path, save_on_exit=False):
         yield path
-    _reset()
+    forget()
 
 
 def _recorded(fn: Callable[..., torch.Tensor], *args: object) -> list[tuple[bool, int]]:
     """Compile `fn` afresh on `args`: (bypassed, compiled variants) of each
     code the entry for the save records."""
-    _reset(fn)
+    forget(fn)
     try:
         torch.compile(fn, backend="eager")(*args)
         return [(code.bypassed, len(code.guarded_codes)) for code in _entry().codes]
     finally:
-        _reset(fn)
+        forget(fn)
 
 
 def _entry() -> Any:
@@ -215,21 +206,6 @@ def test_script_function_type_guards_serialize_the_type_of_a_named_script_functi
         assert _recorded(_scripted, x) == [(True, 0)]
 
 
-class _Unpicklable:
-    def __reduce__(self) -> tuple:
-        raise TypeError("cannot pickle '_Unpicklable' object")
-
-
-class _WithUnpicklable:
-    def __init__(self) -> None:
-        self.scale = 2.0
-        self.opaque = _Unpicklable()
-
-
-def _scaled_by(x: torch.Tensor, holder: _WithUnpicklable) -> torch.Tensor:
-    return x * holder.scale
-
-
 def test_guard_state_dump_errors_bypass_the_frame(store: Path) -> None:
     """torch 2.11 lets a guard state's pickling error other than
     AttributeError out of the compile; newer torch turns it into a bypass
@@ -253,10 +229,10 @@ def test_guard_state_dump_errors_bypass_the_frame(store: Path) -> None:
         CheckFunctionManager.serialize_guards = serialize_guards  # 2.11's dump is now torch's
         try:
             tc.guard_state_dump_errors.start()
-            assert _recorded(_scaled_by, x, _WithUnpicklable()) == [(True, 0)]
+            assert _recorded(scaled_by, x, WithUnpicklable()) == [(True, 0)]
             tc.guard_state_dump_errors.stop()
-            with pytest.raises(Exception, match="cannot pickle '_Unpicklable' object"):
-                _recorded(_scaled_by, x, _WithUnpicklable())
+            with pytest.raises(Exception, match="cannot pickle 'Unpicklable' object"):
+                _recorded(scaled_by, x, WithUnpicklable())
         finally:
             tc.guard_state_dump_errors.stop()
             CheckFunctionManager.serialize_guards = torchs
@@ -315,12 +291,12 @@ def test_unnamed_frames_store_a_generated_init_through_its_class(store: Path) ->
 
 
 def _recorded_entry(fn: Callable[..., torch.Tensor], *args: object) -> Any:
-    _reset(fn)
+    forget(fn)
     try:
         torch.testing.assert_close(torch.compile(fn, backend="eager")(*args), fn(*args))
         return _entry()
     finally:
-        _reset(fn)
+        forget(fn)
 
 
 def _comprehension(x: torch.Tensor) -> torch.Tensor:

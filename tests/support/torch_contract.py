@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch._dynamo.precompile_context import PrecompileContext
 
@@ -50,3 +52,34 @@ def saved_sin_cos() -> tuple:
     PrecompileContext.save_to_dynamo_cache()
     reset()
     return _sin_cos, x, expected
+
+
+def forget(*fns: Callable[..., object]) -> None:
+    """`reset()` for the functions `fns` a test compiled, and torch's counters cleared."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    PrecompileContext.clear()
+    for fn in fns:
+        _reset_precompile_entries(fn.__code__)
+    counters.clear()
+
+
+class Unpicklable:
+    """A value no pickler takes: a guard state reaching it cannot be saved."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError("cannot pickle 'Unpicklable' object")
+
+
+class WithUnpicklable:
+    """An argument whose guarded attribute is plain data, beside one that cannot be pickled."""
+
+    def __init__(self) -> None:
+        self.scale = 2.0
+        self.opaque = Unpicklable()
+
+
+def scaled_by(x: torch.Tensor, holder: WithUnpicklable) -> torch.Tensor:
+    return x * holder.scale

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.torch_contract import reset
+from support.torch_contract import WithUnpicklable, reset, scaled_by
 from torch._dynamo.package import DynamoCache
 from torch._dynamo.precompile_context import PrecompileContext
 
@@ -88,31 +88,16 @@ def _stored_variants(fn: object) -> list[tuple[bool, int]]:
     return [(code.bypassed, len(code.guarded_codes)) for code in entry.dynamo.codes]
 
 
-class _Unpicklable:
-    def __reduce__(self) -> tuple:
-        raise TypeError("cannot pickle '_Unpicklable' object")
-
-
-class _WithUnpicklable:
-    def __init__(self) -> None:
-        self.scale = 2.0
-        self.opaque = _Unpicklable()
-
-
-def _scaled_by(x: torch.Tensor, holder: _WithUnpicklable) -> torch.Tensor:
-    return x * holder.scale
-
-
 def test_a_guard_state_that_cannot_be_pickled_bypasses_the_frame(store: Path) -> None:
     """A guard reaches an object that cannot be pickled: torch 2.11 raised
     out of the call (only under caching_precompile, which install() turns
     on); newer torch, and the store on every torch, run the frame and save
     it without compiled code."""
     x = torch.randn(3)
-    torch.testing.assert_close(torch.compile(_scaled_by)(x, _WithUnpicklable()), x * 2)
+    torch.testing.assert_close(torch.compile(scaled_by)(x, WithUnpicklable()), x * 2)
     PrecompileContext.save_to_dynamo_cache()
     with pytest.warns(precompile.PrecompileWarning, match="bypassed"):
-        assert _stored_variants(_scaled_by) == [(True, 0)]
+        assert _stored_variants(scaled_by) == [(True, 0)]
 
 
 def test_a_class_identity_guard_is_kept_and_checked(store: Path) -> None:

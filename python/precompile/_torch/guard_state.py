@@ -11,8 +11,9 @@ from typing import Any
 import torch._dynamo.package as dynamo_package
 from torch._dynamo.exc import PackageError
 
-from .guard_state_rules import _REDUCER_RULES, _attributes_read, _changed_reads
+from .guard_state_rules import _REDUCER_RULES, _attributes_read
 from .patch import _Patch
+from .stored import _changed_reads
 
 
 class _GuardStateHandoff(_Patch):

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import contextvars
-import importlib
 import inspect
 import sys
 import threading
-import types
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from .. import object_paths
-from .named_guards import _import_script_function, _script_function_name
+from .named_guards import _script_function_name
+from .stored import (
+    _import_checked,
+    _import_script_function,
+    _rebuild_dict_subclass,
+    _rebuild_guarded_function,
+)
 
 # The attribute names each object's guards read, by the object's id, while
 # `serialize_guards` saves a guard state on this thread.
@@ -224,77 +228,3 @@ def _plain(value: Any, depth: int = 0) -> bool:
     if isinstance(value, dict):
         return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in value.items())
     return False
-
-
-def _same(saved: Any, live: Any) -> bool:
-    """Whether `live` is data equal to `saved`, type, order and all."""
-    if saved is live:
-        return True
-    if type(saved) is not type(live):
-        return False
-    if isinstance(saved, (tuple, list)):
-        return len(saved) == len(live) and all(_same(a, b) for a, b in zip(saved, live))
-    if isinstance(saved, dict):
-        return list(saved) == list(live) and all(_same(v, live[k]) for k, v in saved.items())
-    try:
-        return bool(saved == live)
-    except Exception:
-        return False
-
-
-# What `_import_checked` found changed, per thread, while a guard state
-# unpickles (`unpickle_guards_state`); None outside one.
-_changed_reads = threading.local()
-
-
-def _import_checked(module_name: str, qualname: str, saved: dict[str, Any]) -> Any:
-    """The module (`qualname` empty) or class `_named_reads` saved, by name, its
-    guarded data compared with what it holds here."""
-    owner: object = importlib.import_module(module_name)
-    if qualname:
-        owner = object_paths.walk(owner, qualname)
-    found = getattr(_changed_reads, "found", None)
-    if found is not None:
-        for name, value in saved.items():
-            live = object_paths.lookup(owner, name)
-            # One it lacks here is left to the guard build (Dynamo sets some
-            # of its own marks on classes as it compiles).
-            if live is not object_paths.NOTHING and not _same(value, live):
-                found.append(
-                    f"{qualname or module_name}.{name} is {repr(live)[:80]}, the compile saw {repr(value)[:80]}"
-                )
-    return owner
-
-
-def _rebuild_dict_subclass(cls: type, items: list[tuple[Any, Any]], attributes: dict[str, Any] | None) -> Any:
-    """A dict subclass `_dict_subclass_items` saved, its items as they were."""
-    rebuilt: dict[Any, Any] = dict.__new__(cls)
-    dict.update(rebuilt, items)
-    if attributes:
-        vars(rebuilt).update(attributes)
-    return rebuilt
-
-
-def _rebuild_guarded_function(
-    code: types.CodeType,
-    scope: str,
-    name: str,
-    qualname: str,
-    module: Any,
-    defaults: tuple[Any, ...] | None,
-    kwdefaults: dict[str, Any] | None,
-    closure: tuple[types.CellType, ...] | None,
-) -> types.FunctionType:
-    """A function `_function_by_value` saved, with the names it had.
-
-    torch's `_unpickle_nested_function` passes the qualified name where
-    `FunctionType` takes `__name__`, so a guard on `fn.__name__` (torch 2.13
-    guards `func.__name__` in transformers' `deprecate_kwarg` wrapper) fails
-    every call. `__module__` is the wrapped function's (functools.wraps
-    copied it), `scope` the module whose globals the code runs in.
-    """
-    fn = types.FunctionType(code, importlib.import_module(scope).__dict__, name, defaults, closure)
-    fn.__qualname__ = qualname
-    fn.__module__ = module
-    fn.__kwdefaults__ = kwdefaults
-    return fn

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import threading
 from typing import Any
 
@@ -156,13 +155,3 @@ def _script_function_name(fn: Any) -> tuple[str, str] | None:
     module_name = getattr(source, "__module__", None)
     qualname = getattr(source, "__qualname__", None)
     return (module_name, qualname) if object_paths.names(module_name, qualname, fn) else None  # type: ignore[return-value]
-
-
-def _import_script_function(module_name: str, qualname: str) -> Any:
-    """The script function `_script_function_by_name` saved, from its module."""
-    import torch
-
-    fn = object_paths.walk(importlib.import_module(module_name), qualname)
-    if not isinstance(fn, torch.jit.ScriptFunction):
-        raise TypeError(f"{module_name}.{qualname} is a {type(fn).__name__} now, not the saved TorchScript function")
-    return fn
