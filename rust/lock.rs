@@ -91,7 +91,7 @@ impl FileLock {
         }
         // 0666 less the umask: in a group-shared store (umask 002) the file
         // is group-writable, though reading is all a lock needs.
-        match dir.open(name, OFlags::RDONLY | OFlags::CREATE, 0o666) {
+        match dir.open(name, OFlags::RDONLY | OFlags::CREATE, 0o644) {
             Ok(file) => Ok(Some(file)),
             Err(e) if matches!(e.raw_os_error(), Some(libc::EROFS) | Some(libc::EACCES)) => {
                 Ok(None)

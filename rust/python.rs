@@ -256,6 +256,21 @@ impl PyStore {
         Ok(py.detach(|| self.inner.contains(&digest))?)
     }
 
+    /// Whether the object named `digest` starts like a manifest (not
+    /// verified). Never blocks: anything but a regular file at its path
+    /// raises CorruptObjectError, an absent one MissingObjectError.
+    fn is_manifest(&self, py: Python<'_>, digest: &str) -> PyResult<bool> {
+        let digest = parse_digest(digest)?;
+        Ok(py.detach(|| self.inner.is_manifest(&digest))?)
+    }
+
+    /// The size in bytes of the object named `digest` (not verified); raises
+    /// like `is_manifest`.
+    fn size(&self, py: Python<'_>, digest: &str) -> PyResult<u64> {
+        let digest = parse_digest(digest)?;
+        Ok(py.detach(|| self.inner.object_size(&digest))?)
+    }
+
     /// Where the object named `digest` lives (whether or not it exists).
     fn object_path(&self, digest: &str) -> PyResult<String> {
         Ok(self

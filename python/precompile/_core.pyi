@@ -132,6 +132,9 @@ class VerifyReport:
     @property
     def unknown(self) -> list[str]: ...
     @property
+    def holders(self) -> dict[str, list[str]]:
+        """For each damaged digest refs reach, the names of those refs."""
+    @property
     def ok(self) -> bool: ...
     def to_dict(self) -> dict[str, Any]:
         """The report as a plain dict, one key per attribute (JSON-ready)."""
@@ -341,6 +344,15 @@ class Store:
 
     def contains(self, digest: str) -> bool:
         """Whether the object named `digest` is stored."""
+
+    def is_manifest(self, digest: str) -> bool:
+        """Whether the object named `digest` starts like a manifest (not verified).
+
+        Never blocks: anything but a regular file at its path raises
+        CorruptObjectError, an absent one MissingObjectError."""
+
+    def size(self, digest: str) -> int:
+        """The size in bytes of the object named `digest` (not verified); raises like `is_manifest`."""
 
     def object_path(self, digest: str) -> str:
         """Where the object named `digest` lives (whether or not it exists)."""

@@ -26,10 +26,26 @@ static NO_OPENAT2: AtomicBool = AtomicBool::new(false);
 
 /// An open directory of the store and the path it was opened at (for
 /// messages only: nothing is ever resolved through `path`).
+///
+/// A directory opened with [`Dir::open_store_root`] carries the store's
+/// trust policy: every directory opened or created beneath it is checked on
+/// its descriptor (`owner.rs`), so a directory another user can write to is
+/// refused wherever it sits in the store, not only at the root.
 #[derive(Clone, Debug)]
 pub struct Dir {
     fd: Arc<OwnedFd>,
     path: PathBuf,
+    /// `Some(shared)` inside a store: check each directory opened.
+    trust: Option<bool>,
+}
+
+/// The mode of a directory created beneath `parent`: the parent's own
+/// permission bits (with setgid, so a shared store's group-writable setgid
+/// mode carries down), never writable by every user. Set explicitly, so the
+/// umask neither loosens nor tightens it.
+fn child_dir_mode(parent: BorrowedFd<'_>) -> rustix::io::Result<u32> {
+    let st = rfs::fstat(parent)?;
+    Ok(st.st_mode & 0o2775)
 }
 
 /// The kind and size of an entry, read without following it.
@@ -101,7 +117,66 @@ impl Dir {
         Ok(Dir {
             fd: Arc::new(fd),
             path: path.to_path_buf(),
+            trust: None,
         })
+    }
+
+    /// Opens a store root and checks who may write to it on the opened
+    /// descriptor (never on the path, which could be swapped between a
+    /// check and an open). Directories opened beneath it are checked too.
+    /// The root may be reached through a symlink (the caller's choice of
+    /// path): what counts is the directory actually opened.
+    pub fn open_store_root(path: &Path, shared: bool) -> Result<Dir> {
+        let mut dir = Dir::open_root(path)?;
+        dir.trust = Some(shared);
+        dir.check()?;
+        Ok(dir)
+    }
+
+    /// Runs the store's trust check on this directory's descriptor.
+    fn check(&self) -> Result<()> {
+        let Some(shared) = self.trust else {
+            return Ok(());
+        };
+        let st = rfs::fstat(self.fd()).map_err(|e| Error::io(&self.path, e.into()))?;
+        crate::base::owner::check_stat(&self.path, &st, shared)
+    }
+
+    /// Checks the directory entry `name` (read without following it)
+    /// like an opened directory, without opening it: for the many fan-out
+    /// directories, checked at every open.
+    pub(crate) fn check_entry(&self, name: &str) -> Result<()> {
+        let Some(shared) = self.trust else {
+            return Ok(());
+        };
+        let path = self.path.join(name);
+        match rfs::statat(self.fd(), name, AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {
+                crate::base::owner::check_stat(&path, &st, shared)
+            }
+            // Not a directory: whoever opens it refuses it then.
+            Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(()),
+            Err(e) => Err(Error::io(path, e.into())),
+        }
+    }
+
+    /// Creates the directory `name` with the mode it inherits from this one
+    /// (see [`child_dir_mode`]); false when it already existed.
+    fn make_sub(&self, name: &str) -> Result<bool> {
+        let path = || self.path.join(name);
+        let mode = child_dir_mode(self.fd()).map_err(|e| Error::io(path(), e.into()))?;
+        match rfs::mkdirat(self.fd(), name, Mode::from_raw_mode(mode & 0o777)) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            Err(e) => return Err(Error::io(path(), e.into())),
+        }
+        // mkdir masks the mode with the umask and drops setgid on some
+        // systems; set it exactly, on the directory just made (never
+        // following a link planted in its place meanwhile).
+        let fd = rfs::openat(self.fd(), name, dir_flags(), Mode::empty())
+            .map_err(|e| refuse_link(e, &path()))?;
+        rfs::fchmod(&fd, Mode::from_raw_mode(mode)).map_err(|e| Error::io(path(), e.into()))?;
+        Ok(true)
     }
 
     /// The path it was opened at.
@@ -121,19 +196,19 @@ impl Dir {
         let open = || rfs::openat(self.fd(), name, dir_flags(), Mode::empty());
         let fd = match open() {
             Err(rustix::io::Errno::NOENT) if create => {
-                match rfs::mkdirat(self.fd(), name, Mode::from_raw_mode(0o777)) {
-                    Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                    Err(e) => return Err(Error::io(&path, e.into())),
-                }
+                self.make_sub(name)?;
                 open()
             }
             other => other,
         }
         .map_err(|e| refuse_link(e, &path))?;
-        Ok(Dir {
+        let dir = Dir {
             fd: Arc::new(fd),
             path,
-        })
+            trust: self.trust,
+        };
+        dir.check()?;
+        Ok(dir)
     }
 
     /// Opens the directory at the '/'-separated relative path `rel`, one
@@ -148,18 +223,16 @@ impl Dir {
                         dir = Dir {
                             fd: Arc::new(fd),
                             path: dir.path.join(component),
-                        }
+                            trust: dir.trust,
+                        };
+                        dir.check()?;
                     }
                     Err(rustix::io::Errno::NOENT) => return Ok(None),
                     Err(e) => return Err(refuse_link(e, &dir.path.join(component))),
                 }
                 continue;
             }
-            let created = match rfs::mkdirat(dir.fd(), component, Mode::from_raw_mode(0o777)) {
-                Ok(()) => true,
-                Err(rustix::io::Errno::EXIST) => false,
-                Err(e) => return Err(Error::io(dir.path.join(component), e.into())),
-            };
+            let created = dir.make_sub(component)?;
             let next = dir.sub(component, false)?;
             if created {
                 dir.fsync()?;

@@ -10,6 +10,7 @@ pub mod durable;
 pub mod manifest;
 mod objects;
 mod open;
+pub(crate) mod owner;
 pub mod ref_name;
 
 pub use blob::Blob;

@@ -5,6 +5,7 @@
 //! `__repr__`; the `From` conversions below are the one place the core's report structs
 //! become Python values.
 
+use std::collections::BTreeMap;
 use std::time::UNIX_EPOCH;
 
 use pyo3::prelude::*;
@@ -30,7 +31,14 @@ macro_rules! plain_as_is {
     )*};
 }
 
-plain_as_is!(u64, bool, String, Vec<String>, Option<f64>);
+plain_as_is!(
+    u64,
+    bool,
+    String,
+    Vec<String>,
+    Option<f64>,
+    BTreeMap<String, Vec<String>>
+);
 
 impl Plain for Vec<RefUsage> {
     fn plain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -107,6 +115,8 @@ report!(
         corrupt: Vec<String>,
         missing: Vec<String>,
         unknown: Vec<String>,
+        /// For each damaged digest refs reach, the names of those refs.
+        holders: BTreeMap<String, Vec<String>>,
         ok: bool,
     }
 );
@@ -238,6 +248,9 @@ impl From<store::VerifyReport> for VerifyReport {
             corrupt: hexes(&r.corrupt),
             missing: hexes(&r.missing),
             unknown: hexes(&r.unknown),
+            holders: (r.holders.into_iter())
+                .map(|(digest, names)| (digest.to_hex(), names))
+                .collect(),
         }
     }
 }

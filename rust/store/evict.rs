@@ -57,7 +57,7 @@ impl Store {
         // What the sweep will keep whatever refs remain: young objects and
         // everything they reach (see `gc`).
         let mut protected = Marked::default();
-        self.mark(young, Strictness::Fail, &mut protected)?;
+        self.mark_young(young, &mut protected)?;
 
         let mut closures = self.closures(Strictness::Fail)?;
         let mut holders: HashMap<Digest, u32> = HashMap::new();

@@ -41,8 +41,11 @@ impl Store {
     /// `grace` are removed: no write is in flight while we hold the lock, so
     /// they belong to crashed writers.
     ///
-    /// Fails closed: a reached manifest that is damaged or of an unknown
-    /// version stops the GC before anything is removed.
+    /// Fails closed: an object a ref reaches that does not hash to its name
+    /// (whatever its size: it may be a manifest with damaged first bytes),
+    /// or a manifest of an unknown version, stops the GC before anything is
+    /// removed. Damage no ref reaches never stops it: that is garbage and is
+    /// swept (see `Store::mark_young`).
     pub fn gc(&self, dry_run: bool, grace: Duration) -> Result<GcReport> {
         let _lock = self.lock(LockMode::Exclusive)?;
         self.sweep_locked(self.ref_targets()?, dry_run, grace)
@@ -69,7 +72,7 @@ impl Store {
                 young.push(object.digest);
             }
         }
-        self.mark(young, Strictness::Fail, &mut marked)?;
+        self.mark_young(young, &mut marked)?;
 
         let mut report = GcReport {
             dry_run,
@@ -235,6 +238,72 @@ mod tests {
         fs::write(&p, bytes).unwrap();
         assert!(matches!(
             s.gc(false, Duration::ZERO),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(s.contains(&child).unwrap());
+    }
+
+    /// Replaces the object at `digest`'s path with `bytes`.
+    fn damage(s: &Store, digest: &Digest, bytes: &[u8]) {
+        let p = s.object_path(digest);
+        fs::remove_file(&p).unwrap();
+        fs::write(&p, bytes).unwrap();
+    }
+
+    #[test]
+    fn unreferenced_damage_never_stops_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let child = s.put(b"child").unwrap().digest;
+        let stray = s.put_manifest(&[child], Map::new()).unwrap().digest;
+        let mut bytes = s.get(&stray).unwrap().to_vec();
+        *bytes.last_mut().unwrap() = b' ';
+        damage(&s, &stray, &bytes);
+        let fifo_digest = crate::hash::hash_bytes(b"never stored");
+        let fifo = s.object_path(&fifo_digest);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Both are young: the grace period would keep them, but damage no
+        // ref reaches is swept rather than stopping the GC.
+        let report = s.gc(false, Duration::from_secs(3600)).unwrap();
+        assert_eq!(report.objects_freed, 2);
+        assert!(!s.contains(&stray).unwrap() && !s.contains(&fifo_digest).unwrap());
+        assert!(s.contains(&child).unwrap());
+        // The same under eviction.
+        let stray = s.put_manifest(&[child], Map::new()).unwrap().digest;
+        damage(&s, &stray, b"precompile-manifest\n{");
+        s.evict(0, false, Duration::from_secs(3600)).unwrap();
+        assert!(!s.contains(&stray).unwrap());
+    }
+
+    #[test]
+    fn a_large_manifest_with_a_damaged_first_byte_keeps_its_children() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(dir.path().join("s"), Options::default()).unwrap();
+        let child = s.put(b"reachable child").unwrap().digest;
+        // Over MAX_MANIFEST_LEN, through `put` (as an import or a pull can).
+        let mut meta = Map::new();
+        let pad = "x".repeat(crate::base::manifest::MAX_MANIFEST_LEN + 10);
+        meta.insert("pad".into(), pad.into());
+        let bytes = Manifest {
+            children: vec![child],
+            meta,
+        }
+        .encode();
+        let m = s.put(&bytes).unwrap().digest;
+        s.set_ref("big", &m).unwrap();
+        let mut damaged = bytes.clone();
+        damaged[0] = b'P';
+        damage(&s, &m, &damaged);
+        let err = s.gc(false, Duration::ZERO).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupt { digest } if digest == m),
+            "{err}"
+        );
+        assert!(s.contains(&child).unwrap());
+        assert!(matches!(
+            s.evict(u64::MAX, false, Duration::ZERO),
             Err(Error::Corrupt { .. })
         ));
         assert!(s.contains(&child).unwrap());

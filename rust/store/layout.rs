@@ -11,10 +11,13 @@
 
 use std::fs;
 use std::io::{self, ErrorKind};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::OFlags;
+
 use crate::base::beneath::Dir;
-use crate::base::durable::{fsync_dir, TmpFile};
+use crate::base::durable::TmpFile;
 use crate::error::{Error, IoContext, Result};
 use crate::hash::Digest;
 
@@ -45,8 +48,12 @@ impl Dirs {
     /// Opens the subdirectories of `root`, recreating a deleted one when the
     /// store is writable; a symlink in their place is refused.
     fn open(root: Dir) -> Result<Dirs> {
+        let objects = root.sub("objects", true)?;
+        for fan in 0..=255u8 {
+            objects.check_entry(&format!("{fan:02x}"))?;
+        }
         Ok(Dirs {
-            objects: root.sub("objects", true)?,
+            objects,
             refs: root.sub("refs", true)?,
             tmp: root.sub("tmp", true)?,
             locks: root.sub("locks", true)?,
@@ -111,36 +118,98 @@ impl Layout {
 
     /// Opens the store at the root, creating it when `create` is set.
     ///
+    /// Who may write to it is checked on the opened root descriptor, and on
+    /// every directory opened beneath it (`base/owner.rs`); with `shared` a
+    /// setgid group-writable store, or another user's, is accepted.
+    /// Everything is created with explicit modes, never writable by other
+    /// users whatever the umask, so a store this opens it also accepts.
+    ///
     /// `FORMAT` is written last and atomically, so its presence means the
     /// layout is complete; concurrent creators race harmlessly.
-    pub fn open(&self, create: bool) -> Result<Dirs> {
+    pub fn open(&self, create: bool, shared: bool) -> Result<Dirs> {
         let format = self.format_file();
-        match read_format(&self.root) {
-            Ok((root, text)) => {
+        let made_root = create && self.make_root(shared)?;
+        let root = match Dir::open_store_root(&self.root, shared) {
+            Ok(root) => root,
+            Err(e) if e.is_not_found() && !create => return Err(self.no_store()),
+            Err(e) => {
+                if made_root {
+                    // Ours, and still empty: leave nothing behind.
+                    let _ = fs::remove_dir(&self.root);
+                }
+                return Err(e);
+            }
+        };
+        match read_format(&root) {
+            Ok(text) => {
                 check_format(&text, &format)?;
                 // Recreate a deleted tmp/ or locks/; a no-op normally.
                 Dirs::open(root)
             }
             Err(e) if e.kind() == ErrorKind::NotFound && create => {
-                self.init()?;
-                Dirs::open(Dir::open_root(&self.root)?)
+                self.init(&root)?;
+                Dirs::open(root)
             }
-            Err(e) if e.kind() == ErrorKind::NotFound => Err(Error::io(
-                &self.root,
-                io::Error::new(
-                    ErrorKind::NotFound,
-                    "no precompile store here (create=False)",
-                ),
-            )),
+            Err(e) if e.kind() == ErrorKind::NotFound => Err(self.no_store()),
             Err(e) => Err(Error::io(format, e)),
         }
     }
 
-    fn init(&self) -> Result<()> {
-        fs::create_dir_all(&self.root).at(&self.root)?;
+    fn no_store(&self) -> Error {
+        Error::io(
+            &self.root,
+            io::Error::new(
+                ErrorKind::NotFound,
+                "no precompile store here (create=False)",
+            ),
+        )
+    }
+
+    /// Creates the root directory (and any missing parents, which are not
+    /// the store's); true when this call made the root itself.
+    ///
+    /// The mode is never writable by other users, whatever the umask: what
+    /// the umask leaves of `0755`; or, for a store opened as shared inside a
+    /// setgid group-writable directory (the shared store's group), exactly
+    /// `02775`, so the group's members can write it.
+    fn make_root(&self, shared: bool) -> Result<bool> {
+        let mut mode = 0o755;
+        if let Some(parent) = self.root.parent() {
+            fs::create_dir_all(parent).at(parent)?;
+            let parent_mode = fs::metadata(parent).at(parent)?.permissions().mode();
+            if shared && parent_mode & 0o2020 == 0o2020 {
+                mode = 0o2775;
+            }
+        }
+        match rustix::fs::mkdir(&self.root, rustix::fs::Mode::from_raw_mode(mode & 0o777)) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::EXIST) => return Ok(false),
+            // A read-only mount or parent may refuse even an existing name:
+            // then opening it decides.
+            Err(_) if self.root.is_dir() => return Ok(false),
+            Err(e) => return Err(Error::io(&self.root, e.into())),
+        }
+        // The umask may have taken the group's write bit away (a private
+        // root keeps what the umask left of 0755), and a default ACL may
+        // have added write bits: set it exactly, never following a link
+        // planted in its place meanwhile.
+        let io = |e: rustix::io::Errno| Error::io(&self.root, e.into());
+        let fd = rustix::fs::open(
+            &self.root,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(io)?;
+        if mode != 0o2775 {
+            mode = rustix::fs::fstat(&fd).map_err(io)?.st_mode & 0o7755;
+        }
+        rustix::fs::fchmod(&fd, rustix::fs::Mode::from_raw_mode(mode)).map_err(io)?;
+        Ok(true)
+    }
+
+    fn init(&self, root: &Dir) -> Result<()> {
         // Refuse to scatter our directories over somebody's unrelated data.
-        for entry in fs::read_dir(&self.root).at(&self.root)? {
-            let name = entry.at(&self.root)?.file_name();
+        for (name, _) in root.entries()? {
             if !SUBDIRS.iter().any(|s| name == *s) && name != "FORMAT" {
                 return Err(Error::Format(format!(
                     "{} is not empty and is not a precompile store (no FORMAT file)",
@@ -148,54 +217,46 @@ impl Layout {
                 )));
             }
         }
+        // Each directory is created through its parent's descriptor with the
+        // parent's mode (see `beneath.rs`) and checked once open.
+        let mut dirs = Vec::with_capacity(SUBDIRS.len());
         for sub in SUBDIRS {
-            fs::create_dir_all(self.root.join(sub)).at(&self.root.join(sub))?;
+            dirs.push(root.sub(sub, true)?);
         }
+        let (objects, locks) = (&dirs[0], &dirs[3]);
         // All 256 fan-out directories up front: writers then never create
         // directories (and fsync their parent) on the hot path.
-        let objects = self.objects_dir();
         for fan in 0..=255u8 {
-            let dir = objects.join(format!("{fan:02x}"));
-            fs::create_dir_all(&dir).at(&dir)?;
+            objects.sub(&format!("{fan:02x}"), true)?;
         }
-        fsync_dir(&objects)?;
-        for lock in [self.gc_lock(), self.gc_gate()] {
-            fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&lock)
-                .at(&lock)?;
+        objects.fsync()?;
+        for lock in ["gc.lock", "gc.gate"] {
+            locks
+                .open(lock, OFlags::WRONLY | OFlags::CREATE, 0o644)
+                .map_err(|e| Error::io(locks.path().join(lock), e))?;
         }
-        fsync_dir(&self.root)?;
+        locks.fsync()?;
+        root.fsync()?;
 
-        let root = Dir::open_root(&self.root)?;
-        let tmp_dir = root.sub("tmp", false)?;
+        let tmp_dir = &dirs[2];
         let content = format!("{FORMAT_MAGIC}\n{FORMAT_VERSION}\n");
-        let tmp = TmpFile::write(&tmp_dir, content.as_bytes())?;
+        let tmp = TmpFile::write(tmp_dir, content.as_bytes())?;
         // link, not rename: a concurrent creator's FORMAT is never replaced.
-        if tmp.link_to(&root, "FORMAT")? {
+        if tmp.link_to(root, "FORMAT")? {
             root.fsync()?;
         } else {
-            let text = fs::read_to_string(self.format_file()).at(&self.format_file())?;
+            let text = read_format(root).at(&self.format_file())?;
             check_format(&text, &self.format_file())?;
         }
         Ok(())
     }
 }
 
-/// Opens the root and reads its `FORMAT` file without following a link.
-fn read_format(root: &Path) -> io::Result<(Dir, String)> {
-    let dir = Dir::open_root(root).map_err(|e| match e {
-        Error::Io { source, .. } => source,
-        other => io::Error::other(other.to_string()),
-    })?;
+/// Reads the root's `FORMAT` file without following a link.
+fn read_format(root: &Dir) -> io::Result<String> {
     let mut text = String::new();
-    io::Read::read_to_string(
-        &mut dir.open("FORMAT", rustix::fs::OFlags::RDONLY, 0)?,
-        &mut text,
-    )?;
-    Ok((dir, text))
+    io::Read::read_to_string(&mut root.open("FORMAT", OFlags::RDONLY, 0)?, &mut text)?;
+    Ok(text)
 }
 
 /// Checks the text of a `FORMAT` file.
@@ -241,10 +302,10 @@ mod tests {
     fn open_creates_then_reopens() {
         let dir = tempfile::tempdir().unwrap();
         let layout = Layout::new(dir.path().join("s"));
-        assert!(layout.open(false).unwrap_err().is_not_found());
-        layout.open(true).unwrap();
-        layout.open(true).unwrap();
-        layout.open(false).unwrap();
+        assert!(layout.open(false, false).unwrap_err().is_not_found());
+        layout.open(true, false).unwrap();
+        layout.open(true, false).unwrap();
+        layout.open(false, false).unwrap();
         let text = fs::read_to_string(layout.format_file()).unwrap();
         assert_eq!(text, "precompile-store\n1\n");
         assert_eq!(fs::read_dir(layout.tmp_dir()).unwrap().count(), 0);
@@ -255,7 +316,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("notes.txt"), "mine").unwrap();
         assert!(matches!(
-            Layout::new(dir.path()).open(true),
+            Layout::new(dir.path()).open(true, false),
             Err(Error::Format(_))
         ));
     }

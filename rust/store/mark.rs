@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::base::manifest::{looks_like_manifest, unknown_version, Manifest, MAX_MANIFEST_LEN};
+use crate::base::manifest::{looks_like_manifest, unknown_version, Manifest};
 use crate::error::{Error, Result};
 use crate::hash::{hash_bytes, Digest};
 use crate::store::refs::{read_ref, walk_refs};
@@ -62,6 +62,29 @@ impl Store {
         }
     }
 
+    /// Marks what `young` (unreferenced objects within the grace period)
+    /// reach, adding to `marked`, for GC and eviction to keep.
+    ///
+    /// No ref reaches what this finds damaged, so damage here is garbage,
+    /// not a reason to stop: a manifest that does not hash to its name, or
+    /// anything but a regular file, is left unmarked and swept (one damaged
+    /// stray object must not stop GC, and with it the size cap, for good).
+    /// A manifest of a version this build cannot read still stops: its
+    /// children are unknown and may be about to be referenced.
+    pub(crate) fn mark_young(&self, young: Vec<Digest>, marked: &mut Marked) -> Result<()> {
+        self.mark(young, Strictness::Record, marked)?;
+        if let Some(digest) = marked.unknown.first() {
+            return Err(Error::Format(format!(
+                "manifest {digest} has a version this build cannot read; refusing to \
+                 sweep what it may reach"
+            )));
+        }
+        for digest in std::mem::take(&mut marked.corrupt) {
+            marked.reached.remove(&digest);
+        }
+        Ok(())
+    }
+
     /// Marks everything reachable from `roots`, adding to `marked`.
     ///
     /// Iterative (a visited set and an explicit stack), so deep or cyclic
@@ -71,10 +94,12 @@ impl Store {
     /// user data, a leaf.
     ///
     /// With [`Strictness::Fail`] (GC, export) marking fails closed: a
-    /// manifest whose first bytes are damaged no longer looks like one, so
-    /// every reached object that could be a manifest (at most
-    /// [`MAX_MANIFEST_LEN`] bytes) is hashed before it counts as a leaf
-    /// (objects this handle already verified are not hashed again), and a
+    /// manifest whose first bytes are damaged no longer looks like one, and
+    /// its size proves nothing (`put` stores manifest bytes of any size, and
+    /// bundles and remotes carry them), so every reached object is hashed
+    /// before it counts as a leaf (objects this handle already verified are
+    /// not hashed again); one that does not hash to its name stops the walk
+    /// before anything is removed. A
     /// manifest of a version this build cannot read stops the walk: its
     /// children are unknown, so nothing may be swept. Anything but a regular
     /// file at a reached path stops it too.
@@ -91,7 +116,7 @@ impl Store {
                 continue;
             }
             marked.order.push(digest);
-            let (blob, known_good) = match self.map_object_known(&digest) {
+            let (blob, known_good, meta) = match self.map_object_known(&digest) {
                 Ok(found) => found,
                 Err(Error::Missing { .. }) => {
                     marked.missing.insert(digest);
@@ -104,17 +129,20 @@ impl Store {
                 Err(e) => return Err(e),
             };
             let manifest_like = looks_like_manifest(&blob);
-            let must_hash = manifest_like
-                || (strictness == Strictness::Fail
-                    && blob.len() <= MAX_MANIFEST_LEN
-                    && !known_good);
-            if must_hash && hash_bytes(&blob) != digest {
-                match strictness {
-                    Strictness::Fail => return Err(Error::Corrupt { digest }),
-                    Strictness::Record => {
-                        marked.corrupt.insert(digest);
-                        continue;
+            let must_hash = manifest_like || (strictness == Strictness::Fail && !known_good);
+            if must_hash && !known_good {
+                if hash_bytes(&blob) != digest {
+                    match strictness {
+                        Strictness::Fail => return Err(Error::Corrupt { digest }),
+                        Strictness::Record => {
+                            marked.corrupt.insert(digest);
+                            continue;
+                        }
                     }
+                }
+                // The next GC or eviction of this handle need not hash it again.
+                if let Some(meta) = &meta {
+                    self.verified.record(&digest, meta);
                 }
             }
             if !manifest_like {

@@ -19,9 +19,10 @@ pub mod layout;
 mod manifest;
 pub(crate) mod mark;
 mod objects;
-mod owner;
 pub mod refs;
 mod stats;
+#[cfg(test)]
+mod tests_owner;
 mod usage;
 mod verify;
 
@@ -62,7 +63,7 @@ pub struct Options {
     pub freshen_after: Duration,
     /// Accept a store shared with other users: owned by someone else, or
     /// writable by a group of ours through a setgid directory (see
-    /// `owner.rs`). Otherwise a store must be this user's alone.
+    /// `base/owner.rs`). Otherwise a store must be this user's alone.
     pub shared: bool,
 }
 
@@ -93,16 +94,15 @@ impl Store {
     /// Opens (or with `options.create`, creates) the store at `path`.
     ///
     /// A store owned by another user or writable by others is refused
-    /// with `Error::Untrusted` unless `options.shared` accepts it; the
-    /// check runs before anything in it is touched, and again once it
-    /// exists, in case another user created the directory meanwhile.
+    /// with `Error::Untrusted` unless `options.shared` accepts it. The
+    /// check runs on each directory's open descriptor before anything in it
+    /// is read (see `Layout::open`), so swapping the path for another
+    /// directory between a check and an open is not possible.
     pub fn open(path: impl AsRef<Path>, options: Options) -> Result<Store> {
         let path = path.as_ref();
         let root = std::path::absolute(path).at(path)?;
-        owner::check(&root, options.shared)?;
         let layout = Layout::new(root);
-        let dirs = layout.open(options.create)?;
-        owner::check(layout.root(), options.shared)?;
+        let dirs = layout.open(options.create, options.shared)?;
         Ok(Store {
             layout,
             dirs,

@@ -188,9 +188,16 @@ impl Store {
 
     /// [`map_object`](Self::map_object), also saying whether this handle
     /// already hashed this very file and found it sound.
-    pub(crate) fn map_object_known(&self, digest: &Digest) -> Result<(Blob, bool)> {
+    /// The file's metadata comes back too, for recording a later check.
+    pub(crate) fn map_object_known(
+        &self,
+        digest: &Digest,
+    ) -> Result<(Blob, bool, Option<std::fs::Metadata>)> {
         let (file, st) = self.open_object(digest)?;
-        let known = (file.metadata().ok()).is_some_and(|m| self.verified.knows(digest, &m));
+        let meta = file.metadata().ok();
+        let known = meta
+            .as_ref()
+            .is_some_and(|m| self.verified.knows(digest, m));
         // A zero-length file cannot be mapped; it is simply the empty blob.
         let map = if st.len == 0 {
             None
@@ -201,7 +208,7 @@ impl Store {
             // never written or truncated. Unlinking keeps the mapping valid.
             Some(unsafe { Mmap::map(&file) }.at(&self.object_path(digest))?)
         };
-        Ok((Blob::new(*digest, map), known))
+        Ok((Blob::new(*digest, map), known, meta))
     }
 
     /// Whether the object named `digest` is stored (one stat; anything at
@@ -217,6 +224,21 @@ impl Store {
             Err(rustix::io::Errno::NOENT) => Ok(false),
             Err(e) => Err(Error::io(self.object_path(digest), e.into())),
         }
+    }
+
+    /// Whether the object named `digest` starts like a manifest, read
+    /// without following a link or blocking: anything but a regular file at
+    /// its path is [`Error::Corrupt`], an absent one [`Error::Missing`].
+    /// The content is not verified (`get_manifest` does that).
+    pub fn is_manifest(&self, digest: &Digest) -> Result<bool> {
+        let (file, _) = self.open_object(digest)?;
+        Ok(Store::starts_like_manifest(&file))
+    }
+
+    /// The size of the object named `digest`, read like
+    /// [`is_manifest`](Self::is_manifest).
+    pub fn object_size(&self, digest: &Digest) -> Result<u64> {
+        Ok(self.open_object(digest)?.1.len)
     }
 
     /// Whether the first bytes of an open object are the manifest magic.

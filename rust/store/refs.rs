@@ -280,9 +280,13 @@ pub(crate) fn walk_refs(
         };
         let name = format!("{prefix}{file_name}");
         if kind == FileType::Directory {
-            // Raced away or swapped for a link: skip it.
-            if let Ok(Some(sub)) = dir.descend(&file_name, false) {
-                walk_refs(&sub, &format!("{name}/"), visit)?;
+            match dir.descend(&file_name, false) {
+                Ok(Some(sub)) => walk_refs(&sub, &format!("{name}/"), visit)?,
+                // A namespace others may write to: its refs cannot be
+                // trusted, nor left out (GC would free what they reach).
+                Err(e @ Error::Untrusted(_)) => return Err(e),
+                // Raced away or swapped for a link: skip it.
+                _ => {}
             }
         } else if kind == FileType::RegularFile {
             visit(&name, dir, &file_name);

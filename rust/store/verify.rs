@@ -1,5 +1,7 @@
 //! Full integrity check: every object rehashed, every ref closure present.
 
+use std::collections::BTreeMap;
+
 use rayon::prelude::*;
 
 use rustix::fs::OFlags;
@@ -26,6 +28,10 @@ pub struct VerifyReport {
     /// Reachable manifests of a version this build cannot read (GC refuses
     /// to run while there are any), sorted.
     pub unknown: Vec<Digest>,
+    /// For each corrupt, missing or unknown digest that refs reach: the
+    /// names of those refs, sorted (what a repair would have to drop).
+    /// Damage no ref reaches has no entry.
+    pub holders: BTreeMap<Digest, Vec<String>>,
 }
 
 impl VerifyReport {
@@ -99,7 +105,25 @@ impl Store {
         corrupt.extend(marked.corrupt.iter().copied());
         corrupt.sort();
         corrupt.dedup();
+        let mut holders: BTreeMap<Digest, Vec<String>> = BTreeMap::new();
+        let damaged = |d: &Digest| {
+            corrupt.binary_search(d).is_ok()
+                || marked.missing.contains(d)
+                || marked.unknown.contains(d)
+        };
+        if !corrupt.is_empty() || !marked.missing.is_empty() || !marked.unknown.is_empty() {
+            // closures() walks refs in name order, so each list comes out sorted.
+            for closure in self.closures(Strictness::Record)? {
+                for digest in closure.reached.iter().filter(|d| damaged(d)) {
+                    holders
+                        .entry(*digest)
+                        .or_default()
+                        .push(closure.name.clone());
+                }
+            }
+        }
         Ok(VerifyReport {
+            holders,
             objects: objects.len() as u64,
             bytes: objects.iter().map(|o| o.meta.len).sum(),
             corrupt,

@@ -48,20 +48,24 @@ impl Store {
         if let Some(digest) = marked.missing.first() {
             return Err(Error::Missing { digest: *digest });
         }
-        let mut objects = Vec::with_capacity(marked.order.len());
+        // Sizes first, for the progress total; each object is opened again
+        // as it is copied, so one descriptor is open at a time whatever the
+        // object count (not one per object: a bundle of many thousand
+        // objects would hit the open-file limit). The lock keeps GC from
+        // removing them in between.
+        let mut total = 0;
         for digest in &marked.order {
-            // Opened now, through the store's own directories without
-            // following links; the lock keeps GC from removing them.
-            let (file, st) = self.open_object(digest)?;
-            objects.push((digest, file, st.len));
+            total += self.object_size(digest)?;
         }
-        progress.set_total(objects.iter().map(|o| o.2).sum());
+        progress.set_total(total);
 
         let mut writer = BundleWriter::create(path)?;
-        for (digest, file, len) in &objects {
+        for digest in &marked.order {
             progress.check(path)?;
-            writer.add_blob_from_reader(*digest.as_bytes(), *len, file)?;
-            progress.add(*len);
+            // Through the store's own directories, following no link.
+            let (file, st) = self.open_object(digest)?;
+            writer.add_blob_from_reader(*digest.as_bytes(), st.len, &file)?;
+            progress.add(st.len);
         }
         for (name, digest) in &named {
             writer.add_ref(name, *digest.as_bytes())?;

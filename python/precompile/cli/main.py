@@ -86,7 +86,23 @@ def _parser() -> argparse.ArgumentParser:
     command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries").add_argument(
         "--remote", metavar="URL", help="report on this remote instead of the store"
     )
-    command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
+    verify = command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
+    verify.add_argument(
+        "--repair",
+        action="store_true",
+        help="fetch damaged objects again from --layer or --remote (checked by digest), "
+        "else drop the refs that reach them; exit 1 if refs were dropped or damage remains",
+    )
+    verify.add_argument(
+        "--layer", action="append", metavar="PATH", help="with --repair: a store or bundle to fetch from (repeatable)"
+    )
+    verify.add_argument("--remote", metavar="URL", help="with --repair: a remote to fetch from")
+    verify.add_argument(
+        "--trusted-key",
+        action="append",
+        metavar="KEY",
+        help="with --repair: accept only bundles signed by this public key or key file (repeatable)",
+    )
     gc = command("gc", cmd_gc, "evict least recently used refs down to a size, then sweep")
     gc.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
     gc.add_argument(

@@ -17,6 +17,8 @@ __all__ = ["cmd_export", "cmd_gc", "cmd_import", "cmd_keygen", "cmd_verify"]
 
 
 def cmd_verify(args: argparse.Namespace, src: Source) -> int:
+    if getattr(args, "repair", False):
+        return _repair(args, src)
     doc: dict[str, Any]
     with ByteProgress(err, "verifying") as bar:
         if src.store is not None:
@@ -40,14 +42,36 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
         if src.bundle is not None:
             out.print(f"signed by {doc['signer']}" if doc["signer"] else "not signed", soft_wrap=True)
     else:
+        holders = doc.get("holders", {})
+
+        def held(d: str) -> str:
+            names = holders.get(d, [])
+            return f" (reached by {escape(', '.join(names))})" if names else " (no ref reaches it)"
+
         for d in doc["corrupt"]:
-            out.print(f"[red]corrupt[/] {d}")
+            out.print(f"[red]corrupt[/] {d}{held(d) if src.store is not None else ''}", soft_wrap=True)
         for d in doc["missing"]:
-            out.print(f"[red]missing[/] {d}")
+            out.print(f"[red]missing[/] {d}{held(d)}", soft_wrap=True)
         for d in doc.get("unknown", []):
-            out.print(f"[red]unknown manifest version[/] {d}")
+            out.print(f"[red]unknown manifest version[/] {d}{held(d)}", soft_wrap=True)
         out.print(f"{len(doc['corrupt'])} corrupt, {len(doc['missing'])} missing of {doc['objects']} objects")
     return 0 if doc["ok"] else 1
+
+
+def _repair(args: argparse.Namespace, src: Source) -> int:
+    from ..repair import repair
+
+    store = src.need_store("verify --repair")
+    report = repair(store, layers=args.layer or (), remote=args.remote, trusted_keys=args.trusted_key)
+    if args.json:
+        emit_json(report.to_dict())
+    else:
+        for d in report.refetched:
+            out.print(f"[green]fetched again[/] {d}")
+        for name, digests in report.dropped.items():
+            out.print(f"[red]dropped ref[/] {escape(name)}: {', '.join(digests)}", soft_wrap=True)
+        out.print(escape(report.summary()), soft_wrap=True)
+    return 0 if report.ok else 1
 
 
 def cmd_gc(args: argparse.Namespace, src: Source) -> int:

@@ -21,7 +21,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from .._core import Bundle, MissingObjectError, Store, open_bundle
+from .._core import Bundle, Store, open_bundle
 from ..remote.manifest import MANIFEST_MAGIC
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -144,12 +144,8 @@ class Source:
     def node(self, digest: str) -> tuple[int, bool]:
         """(size, is_manifest) without hashing the blob."""
         if self.store is not None:
-            path = self.store.object_path(digest)
-            try:
-                with open(path, "rb") as f:
-                    return os.fstat(f.fileno()).st_size, f.read(len(MANIFEST_MAGIC)) == MANIFEST_MAGIC
-            except FileNotFoundError:
-                raise MissingObjectError(f"object {digest} is not in the store") from None
+            # Through the store: a FIFO or link at the path is refused, not opened.
+            return self.store.size(digest), self.store.is_manifest(digest)
         assert self.bundle is not None
         view = memoryview(self.bundle.get(digest))
         return len(view), view[: len(MANIFEST_MAGIC)] == MANIFEST_MAGIC

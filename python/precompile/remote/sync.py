@@ -11,7 +11,6 @@ in the local store.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -19,7 +18,7 @@ from typing import Any
 from .._core import MissingObjectError, Store, StoreError
 from ..paths import shared_refs
 from .client import Remote
-from .manifest import MANIFEST_MAGIC, manifest_children
+from .manifest import manifest_children
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
 
@@ -40,12 +39,9 @@ class SyncReport:
 
 
 def _local_is_manifest(store: Store, digest: str) -> bool:
-    # The magic is enough to choose: get_manifest then checks the rest.
-    try:
-        with open(store.object_path(digest), "rb") as f:
-            return f.read(len(MANIFEST_MAGIC)) == MANIFEST_MAGIC
-    except FileNotFoundError:
-        raise MissingObjectError(f"object {digest} is not in the store") from None
+    # The magic is enough to choose: get_manifest then checks the rest. The
+    # store reads it (never blocking on a FIFO, never following a link).
+    return store.is_manifest(digest)
 
 
 def local_closure(store: Store, roots: Sequence[str]) -> dict[str, bool]:
@@ -103,7 +99,7 @@ def push(
 
 
 def _size(store: Store, digest: str) -> int:
-    return os.stat(store.object_path(digest)).st_size
+    return store.size(digest)
 
 
 def pull_closure(store: Store, remote: Remote, root: str, report: SyncReport | None = None) -> SyncReport:
