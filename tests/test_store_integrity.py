@@ -76,6 +76,7 @@ def test_verify_reports_corrupt_and_missing(store: Store) -> None:
         "corrupt": [],
         "missing": [],
         "unknown": [],
+        "holders": {},
         "ok": True,
     }
     assert clean.bytes == len(DATA) + 5000 + 1 + len(bytes(store.get(manifest)))
@@ -88,6 +89,7 @@ def test_verify_reports_corrupt_and_missing(store: Store) -> None:
     assert report.corrupt == [a]
     assert report.missing == sorted([b, c])
     assert report.objects == 2
+    assert report.holders == {a: ["entry"], b: ["entry"], c: ["plain"]}
 
 
 def test_repeated_put_does_not_repair_or_rewrite(store: Store) -> None:

@@ -175,8 +175,10 @@ impl Layout {
     fn make_root(&self, shared: bool) -> Result<bool> {
         let mut mode = 0o755;
         if let Some(parent) = self.root.parent() {
-            fs::create_dir_all(parent).at(parent)?;
-            let parent_mode = fs::metadata(parent).at(parent)?.permissions().mode();
+            // A failure here shows as the mkdir's own error below, which
+            // names the root (ENOTDIR under a file, say).
+            let _ = fs::create_dir_all(parent);
+            let parent_mode = fs::metadata(parent).map_or(0, |m| m.permissions().mode());
             if shared && parent_mode & 0o2020 == 0o2020 {
                 mode = 0o2775;
             }
