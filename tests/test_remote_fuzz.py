@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 from support.resp_server import OK, Reply, StandInServer, array, bulk, handshake, integer
-from support.synthetic import blob_bytes
+from support.synthetic import blob_bytes, make_entries
 
 from precompile import PrecompileWarning, Store, StoreError
-from precompile.remote import Remote, RemoteLayer, local_closure
+from precompile.remote import Remote, RemoteLayer, local_closure, pull, push, remote_usage
 
 SEED = int(os.environ.get("PRECOMPILE_FUZZ_SEED", "0")) or random.SystemRandom().randrange(1, 1 << 31)
 STAND_IN_CASES = int(os.environ.get("PRECOMPILE_FUZZ_CASES", "10000"))
@@ -245,6 +245,7 @@ def fast_dir(tmp_path: Path) -> Any:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_the_layer_against_a_stand_in_that_misbehaves(fast_dir: Path, unexpected: Any) -> None:
     tmp_path = fast_dir
     print(f"remote fuzz seed {SEED} (PRECOMPILE_FUZZ_SEED={SEED} repeats it)")
@@ -269,3 +270,96 @@ def test_the_layer_against_a_stand_in_that_misbehaves(fast_dir: Path, unexpected
                 assert layer.local.verify().ok, f"seed {SEED} case {case}: {name} left a damaged local store"
     took = time.monotonic() - started
     print(f"remote fuzz: {STAND_IN_CASES} stand-in cases in {took:.1f} s")
+
+
+def _garble(rng: random.Random, client: Any, keys: list[bytes]) -> None:
+    """Write random garbage over one to three of `keys`: other bytes, other types, other fields."""
+    for key in rng.sample(keys, min(len(keys), rng.randrange(1, 4))):
+        kind = rng.randrange(7)
+        value = rng.randbytes(rng.randrange(0, 200))
+        if kind == 0:
+            client.delete(key)
+        elif kind == 1:
+            client.delete(key)
+            client.set(key, value)
+        elif kind == 2:
+            client.delete(key)
+            client.rpush(key, value or b"x")  # a list where a string or hash belongs
+        elif kind == 3:
+            client.delete(key)
+            client.hset(key, mapping={b"n": value or b"x", b"c": b"1000000000"})
+        elif kind == 4 and client.type(key) == b"hash":
+            field = rng.choice([b"n", b"c", b"m", b"t"])
+            garbage = rng.choice([b"-1", b"1000000000", b"9" * 40, value, b"0", b"1"])
+            client.hset(key, field, garbage)
+        elif kind == 5 and client.type(key) == b"string":
+            old = client.get(key) or b""
+            client.set(key, old[: rng.randrange(len(old) + 1)] + value[:3])  # truncated or extended
+        else:
+            client.delete(key)
+            client.sadd(key, value or b"x")
+
+
+@pytest.mark.slow
+def test_the_layer_against_garbage_in_a_real_redis(redis_server: Any, fast_dir: Path, unexpected: Any) -> None:
+    print(f"remote fuzz seed {SEED} (PRECOMPILE_FUZZ_SEED={SEED} repeats it)")
+    source = Store(str(fast_dir / "source"))
+    refs = make_entries(source, 2, shared_kib=4)
+    url = redis_server.url + "?chunk_size=4096&timeout=1"
+    remote = Remote(url)
+    push(source, remote)
+    client = redis_server.client()
+    snapshot = {k: client.dump(k) for k in client.scan_iter(count=1000)}
+    keys = sorted(snapshot)
+    digests = sorted(d for d in local_closure(source, list(refs.values())))
+    started = time.monotonic()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrecompileWarning)
+        for case in range(REDIS_CASES):
+            rng = random.Random(SEED * 7919 + case)
+            client.flushall()
+            for k, v in snapshot.items():
+                client.restore(k, 0, v)
+            _garble(rng, client, keys)
+            local = Store(str(fast_dir / "local" / str(case)))
+            layer = RemoteLayer(Remote(url), local, retry_after=0)
+            name = rng.choice(sorted(refs))
+            wanted = rng.sample(digests, 2)
+
+            def get_ref() -> None:
+                digest = layer.get_ref(name)
+                if digest is not None:
+                    assert local.get_ref(name) == digest
+                    local_closure(local, [digest])
+
+            def get() -> None:
+                assert bytes(layer.get(wanted[0])) == bytes(source.get(wanted[0]))
+
+            def get_many() -> None:
+                got = layer.get_many(wanted)
+                assert [bytes(b) for b in got] == [bytes(source.get(d)) for d in wanted]
+
+            def contains() -> None:
+                if layer.contains(wanted[0]):
+                    assert bytes(local.get(wanted[0])) == bytes(source.get(wanted[0]))
+
+            def pull_all() -> None:
+                report = pull(local, Remote(url))
+                for ref in set(refs) - set(report.failures):
+                    local_closure(local, [str(local.get_ref(ref))])
+
+            ops: list[tuple[str, Callable[[], Any]]] = [
+                ("get_ref", get_ref),
+                ("get", get),
+                ("get_many", get_many),
+                ("contains", contains),
+                ("refs", lambda: layer.refs()),
+                ("push", lambda: layer.push([])),
+                ("pull", pull_all),
+                ("stats", lambda: remote_usage(Remote(url))),
+            ]
+            op_name, op = ops[rng.randrange(len(ops))]
+            _check(op_name, op, case)
+            assert not unexpected.records, f"seed {SEED} case {case}: {unexpected.records}"
+            assert local.verify().ok, f"seed {SEED} case {case}: {op_name} left a damaged local store"
+    print(f"remote fuzz: {REDIS_CASES} redis-server cases in {time.monotonic() - started:.1f} s")
