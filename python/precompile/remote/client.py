@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
-import socket
 import threading
 from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
@@ -87,8 +86,8 @@ class _Deadline:
 
 
 def _shut_sockets(client: Any) -> None:
-    """Shut (not close) every socket of `client`: a read blocked on one returns at once,
-    and the reading thread's own error handling then drops the connection."""
+    """Disconnect every connection of `client`, in use or not (redis-py allows it
+    from another thread): a read blocked on one returns at once."""
     pools = []
     if getattr(client, "connection_pool", None) is not None:
         pools.append(client.connection_pool)
@@ -98,12 +97,8 @@ def _shut_sockets(client: Any) -> None:
             if conn is not None:
                 pools.append(conn.connection_pool)
     for pool in pools:
-        conns = list(getattr(pool, "_in_use_connections", ())) + list(getattr(pool, "_available_connections", ()))
-        for conn in conns:
-            sock = getattr(conn, "_sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            pool.disconnect(inuse_connections=True)
 
 
 class Remote:
