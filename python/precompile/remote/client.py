@@ -152,6 +152,10 @@ class Remote:
     def __repr__(self) -> str:
         return f"Remote({self.url!r})"
 
+    def redact(self, message: str) -> str:
+        """`message` with this remote's passwords shown as `***`."""
+        return scrub(message, self._secrets)
+
     def stats(self) -> dict[str, int]:
         """This handle's counters (see `COUNTERS`), zero where nothing happened."""
         return {name: int(self.counters.get(name, 0)) for name in COUNTERS}

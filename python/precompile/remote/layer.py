@@ -73,8 +73,8 @@ class RemoteLayer:
             self._out_of_use(what, e)
             return default
         except Exception as e:  # nothing from the remote may reach torch or a finished save
-            log.warning("remote %s: unexpected %r", what, e)
-            self._out_of_use(what, RemoteError(f"{type(e).__name__}: {e}"))
+            log.warning("remote %s: unexpected %s", what, self.remote.redact(repr(e)))
+            self._out_of_use(what, RemoteError(self.remote.redact(f"{type(e).__name__}: {e}")))
             return default
 
     def _out_of_use(self, what: str, error: BaseException) -> None:
