@@ -22,7 +22,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from ..remote import Remote, open_remote, pull, push, remote_gc, remote_usage
+from ..remote import Remote, open_remote, pull, push, redact_url, remote_gc, remote_usage
 from .console import emit_json
 from .views import ByteProgress, Source, UsageError, human_size
 
@@ -43,8 +43,9 @@ class CountProgress(ByteProgress):
         return [MofNCompleteColumn()]
 
 
-def _report(args: argparse.Namespace, out: Console, verb: str, doc: dict[str, Any]) -> int:
-    doc["remote"] = args.remote
+def _report(args: argparse.Namespace, out: Console, err: Console, verb: str, doc: dict[str, Any]) -> int:
+    doc["remote"] = redact_url(args.remote)
+    failures: dict[str, str] = doc.get("failures", {})
     if args.json:
         emit_json(doc)
     else:
@@ -52,6 +53,11 @@ def _report(args: argparse.Namespace, out: Console, verb: str, doc: dict[str, An
             f"{verb} {doc['refs']} refs: {doc['objects']} objects ({human_size(doc['bytes'])}) "
             f"moved, {doc['objects_present']} already there"
         )
+    if failures:
+        first, why = next(iter(failures.items()))
+        more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+        err.print(escape(f"precompile: error: {len(failures)} refs failed: {first}: {why}{more}"), soft_wrap=True)
+        return 1
     return 0
 
 
@@ -63,7 +69,7 @@ def cmd_push(args: argparse.Namespace, src: Source, out: Console, err: Console) 
     remote = _open(args.remote)
     with ByteProgress(err, "pushing") as bar:
         report = push(store, remote, args.refs or None, progress=bar)
-    return _report(args, out, "pushed", report.to_json())
+    return _report(args, out, err, "pushed", report.to_json())
 
 
 def cmd_pull(args: argparse.Namespace, src: Source, out: Console, err: Console) -> int:
@@ -76,14 +82,14 @@ def cmd_pull(args: argparse.Namespace, src: Source, out: Console, err: Console) 
             raise UsageError(f"the remote has no ref named {unknown[0]!r}")
     with CountProgress(err, "pulling") as bar:
         report = pull(store, remote, args.refs or None, progress=bar)
-    return _report(args, out, "pulled", report.to_json())
+    return _report(args, out, err, "pulled", report.to_json())
 
 
 def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
     remote = _open(args.remote)
     u = remote_usage(remote)
     doc = {
-        "remote": args.remote,
+        "remote": redact_url(args.remote),
         "entries": u["entries"],
         "blobs": u["blobs"],
         "bytes": u["logical_bytes"],
@@ -92,11 +98,15 @@ def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
         "unreferenced_bytes": u["bytes"] - u["reachable_bytes"],
         "missing": u["missing"],
         "dedup_ratio": u["dedup_ratio"],
+        "damaged": u["damaged"],
+        "incomplete": u["incomplete"],
+        "incomplete_bytes": u["incomplete_bytes"],
     }
+    bad = bool(u["missing"] or u["damaged"])
     if args.json:
         emit_json(doc)
-        return 0 if not u["missing"] else 1
-    table = Table(title=escape(args.remote), show_header=False, box=None)
+        return 1 if bad else 0
+    table = Table(title=escape(doc["remote"]), show_header=False, box=None)
     table.add_row("entries", str(doc["entries"]))
     table.add_row("blobs", str(doc["blobs"]))
     table.add_row("bytes (entries in full)", human_size(doc["bytes"]))
@@ -104,10 +114,14 @@ def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
     table.add_row("dedup ratio", f"{doc['dedup_ratio']:.2f}x")
     table.add_row("stored bytes", human_size(doc["stored_bytes"]))
     table.add_row("unreferenced bytes", human_size(doc["unreferenced_bytes"]))
+    if u["incomplete"]:
+        table.add_row("incomplete uploads", f"{u['incomplete']} ({human_size(u['incomplete_bytes'])})")
     if u["missing"]:
         table.add_row("[red]missing objects[/]", str(len(u["missing"])))
+    if u["damaged"]:
+        table.add_row("[red]damaged manifests[/]", str(len(u["damaged"])))
     out.print(table)
-    return 0 if not u["missing"] else 1
+    return 1 if bad else 0
 
 
 def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
@@ -115,7 +129,7 @@ def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
         raise UsageError("--max-size applies to a local store, not to --remote")
     remote = _open(args.remote)
     doc = remote_gc(remote, grace_seconds=args.grace, dry_run=args.dry_run)
-    doc["remote"] = args.remote
+    doc["remote"] = redact_url(args.remote)
     if args.json:
         emit_json(doc)
         return 0
@@ -123,6 +137,11 @@ def cmd_gc_remote(args: argparse.Namespace, out: Console) -> int:
     out.print(
         f"{verb} {doc['objects_freed']} remote objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}"
     )
+    if doc["damaged"]:
+        out.print(
+            f"kept everything {len(doc['damaged'])} damaged manifests name: {', '.join(doc['damaged'][:3])}"
+            + (" ..." if len(doc["damaged"]) > 3 else "")
+        )
     return 0
 
 

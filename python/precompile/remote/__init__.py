@@ -13,7 +13,7 @@ Nothing here imports torch: the command line and serving hosts use it as is.
 from __future__ import annotations
 
 from .client import DEFAULT_CHUNK_SIZE, Remote, open_remote
-from .connection import RemoteError
+from .connection import RemoteConfigError, RemoteError, redact_url
 from .counters import COUNTERS, LiveCounters
 from .keys import LAYOUT_VERSION
 from .layer import RemoteLayer
@@ -27,6 +27,7 @@ __all__ = [
     "MANIFEST_MAGIC",
     "LiveCounters",
     "Remote",
+    "RemoteConfigError",
     "RemoteError",
     "RemoteLayer",
     "SyncReport",
@@ -35,6 +36,7 @@ __all__ = [
     "open_remote",
     "pull",
     "pull_closure",
+    "redact_url",
     "push",
     "remote_gc",
     "remote_usage",

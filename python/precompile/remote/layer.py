@@ -12,7 +12,10 @@ outage (refused, reset, timed out, an error reply) warns once with a
 `PrecompileWarning` and takes the remote out of use for `retry_after`
 seconds, during which reads miss at once and saves stay local; torch
 compiles what it could not load. A value that does not hash to its name is
-counted and treated as a miss, without taking the remote out of use.
+counted and treated as a miss, without taking the remote out of use. Any
+other exception on the way (a bug, a reply nothing anticipated) is handled
+as an outage: it never reaches torch, nor a save that already succeeded
+locally.
 """
 
 from __future__ import annotations
@@ -68,6 +71,10 @@ class RemoteLayer:
             return default
         except RemoteError as e:
             self._out_of_use(what, e)
+            return default
+        except Exception as e:  # nothing from the remote may reach torch or a finished save
+            log.warning("remote %s: unexpected %s", what, self.remote.redact(repr(e)))
+            self._out_of_use(what, RemoteError(self.remote.redact(f"{type(e).__name__}: {e}")))
             return default
 
     def _out_of_use(self, what: str, error: BaseException) -> None:

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import MissingObjectError, Store, StoreError
+from .._core import CorruptObjectError, FormatError, MissingObjectError, Store, StoreError
 from ..paths import shared_refs
 from .client import Remote
-from .manifest import manifest_children
+from .connection import RemoteError
+from .manifest import digests_in, manifest_children
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
 
@@ -27,14 +28,16 @@ Progress = Callable[[int, int], object]
 
 @dataclasses.dataclass
 class SyncReport:
-    """What one push or pull moved: refs set, objects and bytes transferred."""
+    """What one push or pull moved: refs set, objects and bytes transferred,
+    and the refs it could not move, {name: why}."""
 
     refs: int = 0
     objects: int = 0
     objects_present: int = 0
     bytes: int = 0
+    failures: dict[str, str] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -42,6 +45,20 @@ def _local_is_manifest(store: Store, digest: str) -> bool:
     # The magic is enough to choose: get_manifest then checks the rest. The
     # store reads it (never blocking on a FIFO, never following a link).
     return store.is_manifest(digest)
+
+
+def _local_children(store: Store, digest: str) -> list[str] | None:
+    """A local object's children, or None when it is a blob.
+
+    A blob that merely starts with the manifest magic (a user's bytes can)
+    but does not parse as one is a blob: refusing it would fail every push.
+    """
+    if not _local_is_manifest(store, digest):
+        return None
+    try:
+        return list(store.get_manifest(digest)[0])
+    except FormatError:
+        return None
 
 
 def local_closure(store: Store, roots: Sequence[str]) -> dict[str, bool]:
@@ -52,9 +69,9 @@ def local_closure(store: Store, roots: Sequence[str]) -> dict[str, bool]:
         d = stack.pop()
         if d in seen:
             continue
-        seen[d] = _local_is_manifest(store, d)
-        if seen[d]:
-            stack.extend(store.get_manifest(d)[0])
+        children = _local_children(store, d)
+        seen[d] = children is not None
+        stack.extend(children or [])
     return seen
 
 
@@ -111,24 +128,38 @@ def pull_closure(store: Store, remote: Remote, root: str, report: SyncReport | N
         frontier = [d for d in dict.fromkeys(frontier) if d not in seen]
         seen.update(frontier)
         missing = [d for d in frontier if not store.contains(d)]
-        got = remote.get_blobs(missing) if missing else {}
+        got = remote.get_objects(missing) if missing else {}
         report.objects_present += len(frontier) - len(missing)
         nxt: list[str] = []
         for d in frontier:
-            data = got.get(d)
-            if data is not None:
-                # Verified by get_blobs; put hashes again and must agree.
+            if d in got:
+                data, flagged = got[d]
+                children = _remote_children(d, data, flagged)
+                # Verified by get_objects; put hashes again and must agree.
                 if store.put(data) != d:
-                    raise AssertionError(f"store and remote disagree on the digest of {d}")
+                    raise CorruptObjectError(f"store and remote disagree on the digest of {d}")
                 report.objects += 1
                 report.bytes += len(data)
-                children = manifest_children(data)
-                if children is not None:
-                    nxt += children
-            elif _local_is_manifest(store, d):
-                nxt += store.get_manifest(d)[0]
+                nxt += children or []
+            else:
+                nxt += _local_children(store, d) or []
         frontier = nxt
     return report
+
+
+def _remote_children(digest: str, data: bytes, flagged: bool) -> list[str] | None:
+    """The children of an object a remote handed back, None for a blob.
+
+    The bytes decide, not the flag (which no digest covers): a blob pushed
+    with the magic but not a manifest's content is a blob; an object the
+    pusher flagged as a manifest that does not parse is damaged.
+    """
+    try:
+        return manifest_children(data)
+    except ValueError as e:
+        if flagged:
+            raise CorruptObjectError(f"remote manifest {digest} does not parse: {e}") from None
+        return None
 
 
 def pull(
@@ -137,17 +168,27 @@ def pull(
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
 ) -> SyncReport:
-    """Download refs `names` (default: all remote refs) and what they reach."""
+    """Download refs `names` (default: all remote refs) and what they reach.
+
+    A ref that cannot be pulled (missing, damaged) is recorded in the
+    report's `failures` and the rest go on; a fault of the server itself
+    (`RemoteError`) stops the pull.
+    """
     names = list(remote.refs() if names is None else names)
     digests = remote.ref_digests(names)
     report = SyncReport()
     for i, name in enumerate(names):
         digest = digests[name]
-        if digest is None:
-            raise KeyError(name)
-        pull_closure(store, remote, digest, report)
-        store.set_ref(name, digest)
-        report.refs += 1
+        try:
+            if digest is None:
+                raise MissingObjectError(f"the remote has no ref {name!r} naming a digest")
+            pull_closure(store, remote, digest, report)
+            store.set_ref(name, digest)
+            report.refs += 1
+        except RemoteError:
+            raise
+        except StoreError as e:
+            report.failures[name] = str(e)
         if progress is not None:
             progress(i + 1, len(names))
     return report
@@ -159,16 +200,18 @@ def _remote_closures(
     index: dict[str, dict[str, int]],
     *,
     strict: bool,
-) -> tuple[dict[str, set[str]], set[str]]:
-    """Each ref's closure on the remote, reading only manifests.
+) -> tuple[dict[str, set[str]], set[str], set[str]]:
+    """Each ref's closure on the remote, reading only manifests; the unreadable and the damaged.
 
     An object with no index entry, or a manifest that cannot be read, might
     reach anything: with `strict` (gc) it raises, so nothing is swept on a
     guess; otherwise it is returned among the unreadable and its subtree is
-    left out.
+    left out. A manifest that reads (its digest verifies) but does not
+    parse is damaged: it counts as reaching every digest found in its bytes.
     """
     children: dict[str, list[str]] = {}
     unreadable: set[str] = set()
+    damaged: set[str] = set()
     closures: dict[str, set[str]] = {}
     for name, root in roots.items():
         seen: set[str] = set()
@@ -182,10 +225,16 @@ def _remote_closures(
             unreadable.update(unknown)
             manifests = [d for d in frontier if index.get(d, {}).get("m") and d not in children]
             for d, data in _read_manifests(remote, manifests, strict, unreadable).items():
-                children[d] = manifest_children(data) or []
+                try:
+                    children[d] = manifest_children(data) or []
+                except ValueError:
+                    # A junk manifest may reach anything it names: keep
+                    # every digest its bytes contain, and report it.
+                    damaged.add(d)
+                    children[d] = digests_in(data)
             frontier = [c for d in frontier for c in children.get(d, [])]
         closures[name] = seen
-    return closures, unreadable
+    return closures, unreadable, damaged
 
 
 def _read_manifests(remote: Remote, digests: list[str], strict: bool, unreadable: set[str]) -> dict[str, bytes]:
@@ -209,13 +258,18 @@ def remote_usage(remote: Remote) -> dict[str, Any]:
 
     `logical_bytes` counts each ref's closure in full (what the entries
     would take without sharing); `reachable_bytes` counts each reachable
-    object once; the dedup ratio is their quotient.
+    object once; the dedup ratio is their quotient. `damaged` lists
+    manifests that read but do not parse; `incomplete` and
+    `incomplete_bytes` count objects whose upload never finished (a pusher
+    died midway) and the bytes their keys hold, which `remote_gc` frees
+    after the grace period.
     """
     index = remote.index()
     names = remote.refs()
     roots = {n: d for n, d in remote.ref_digests(names).items() if d is not None}
-    closures, unreadable = _remote_closures(remote, roots, index, strict=False)
+    closures, unreadable, damaged = _remote_closures(remote, roots, index, strict=False)
     size = {d: m["n"] for d, m in index.items() if "n" in m}
+    incomplete = remote.stored_bytes({d: m.get("c", 0) for d, m in index.items() if "n" not in m})
     reachable = set().union(*closures.values()) if closures else set()
     logical = sum(size.get(d, 0) for c in closures.values() for d in c)
     reachable_bytes = sum(size.get(d, 0) for d in reachable)
@@ -227,6 +281,9 @@ def remote_usage(remote: Remote) -> dict[str, Any]:
         "logical_bytes": logical,
         "missing": sorted(d for d in reachable if d not in size or d in unreadable),
         "dedup_ratio": logical / reachable_bytes if reachable_bytes else 1.0,
+        "damaged": sorted(damaged),
+        "incomplete": len(incomplete),
+        "incomplete_bytes": sum(incomplete.values()),
     }
 
 
@@ -235,21 +292,25 @@ def remote_gc(remote: Remote, *, grace_seconds: float = 3600.0, dry_run: bool = 
 
     A push touches every object of an entry before checking what the remote
     holds, and each deletion re-checks that time atomically on the server,
-    so an object a concurrent push relies on survives.
+    so an object a concurrent push relies on survives. Incomplete uploads
+    go too, chunks and all. A damaged manifest (it reads but does not parse)
+    keeps every digest written in its bytes and is listed under `damaged`.
     """
     index = remote.index()
     roots = {n: d for n, d in remote.ref_digests(remote.refs()).items() if d is not None}
-    closures, _ = _remote_closures(remote, roots, index, strict=True)
+    closures, _, damaged = _remote_closures(remote, roots, index, strict=True)
     reachable = set().union(*closures.values()) if closures else set()
     cutoff = int((time.time() - grace_seconds) * 1000)
     freed = freed_bytes = kept = 0
+    doomed = {d: m for d, m in index.items() if d not in reachable and m.get("t", 0) < cutoff}
+    held = remote.stored_bytes({d: m.get("c", 0) for d, m in doomed.items() if "n" not in m})
     for d, meta in index.items():
-        if d in reachable or meta.get("t", 0) >= cutoff:
+        if d not in doomed:
             kept += 1
             continue
         if dry_run or remote.delete_if_old(d, meta.get("c", 0), cutoff):
             freed += 1
-            freed_bytes += meta.get("n", 0)
+            freed_bytes += meta["n"] if "n" in meta else held[d]
         else:
             kept += 1
     return {
@@ -257,4 +318,5 @@ def remote_gc(remote: Remote, *, grace_seconds: float = 3600.0, dry_run: bool = 
         "bytes_freed": freed_bytes,
         "objects_kept": kept,
         "dry_run": dry_run,
+        "damaged": sorted(damaged),
     }
