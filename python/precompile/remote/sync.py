@@ -6,6 +6,9 @@ round trip per level, and move only what the other side lacks. A push
 uploads every blob before it sets any ref, so a remote ref never names a
 missing object; a pull writes a ref locally only once its whole closure is
 in the local store.
+
+Every ref a push sets is signed with the pushing host's key, and a pull sets
+locally only refs whose signature a trusted key verifies (see `trust`).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import MissingObjectError, Store, StoreError
+from .._core import MissingObjectError, SigningKey, Store, StoreError, UntrustedError
 from ..paths import shared_refs
 from .client import Remote
 from .manifest import MANIFEST_MAGIC, manifest_children
+from .trust import SIGNING_KEY_ENV, KeySpecs, RefValue, TrustPolicy, resolve_signing_key
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
 
@@ -28,14 +32,16 @@ Progress = Callable[[int, int], object]
 
 @dataclasses.dataclass
 class SyncReport:
-    """What one push or pull moved: refs set, objects and bytes transferred."""
+    """What one push or pull moved: refs set, objects and bytes transferred;
+    for a pull, the refs refused for want of a trusted signature (`untrusted`)."""
 
     refs: int = 0
     objects: int = 0
     objects_present: int = 0
     bytes: int = 0
+    untrusted: list[str] = dataclasses.field(default_factory=list)
 
-    def to_json(self) -> dict[str, int]:
+    def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
@@ -67,9 +73,16 @@ def push(
     remote: Remote,
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
+    *,
+    signing_key: str | os.PathLike[str] | SigningKey | None = None,
 ) -> SyncReport:
     """Upload refs `names` (default: all local refs but the host-local
-    ones) and what they reach."""
+    ones) and what they reach, each ref signed with `signing_key` (default
+    `$PRECOMPILE_SIGNING_KEY`); without a key, raises `UntrustedError`
+    before anything is sent."""
+    key = resolve_signing_key(signing_key)
+    if key is None:
+        raise UntrustedError(f"no signing key: pass signing_key= or set ${SIGNING_KEY_ENV} to publish to a remote")
     names = list(shared_refs(store.refs()) if names is None else names)
     refs: dict[str, str] = {}
     for name in names:
@@ -97,7 +110,7 @@ def push(
     remote.counters["blobs_written"] += report.objects
     remote.counters["bytes_written"] += report.bytes
     # Refs last: everything they reach is on the remote by now.
-    remote.set_refs(refs)
+    remote.set_refs({n: RefValue.signed(key, n, d) for n, d in refs.items()})
     report.refs = len(refs)
     return report
 
@@ -140,18 +153,35 @@ def pull(
     remote: Remote,
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
+    *,
+    trusted_keys: KeySpecs | None = None,
+    allow_unsigned: bool | None = None,
+    policy: TrustPolicy | None = None,
 ) -> SyncReport:
-    """Download refs `names` (default: all remote refs) and what they reach."""
+    """Download refs `names` (default: all remote refs) and what they reach.
+
+    Only refs signed by one of `trusted_keys` (default
+    `$PRECOMPILE_TRUSTED_KEYS`) are pulled; the others are skipped, listed in
+    the report's `untrusted` and counted. With no trusted key and no
+    `allow_unsigned` opt-in, raises `UntrustedError` before reading anything.
+    """
+    policy = TrustPolicy.resolve(trusted_keys, allow_unsigned) if policy is None else policy
+    if policy.closed:
+        raise UntrustedError(f"pull from {remote.url}: no trusted keys are configured; {policy.how_to_open()}")
     names = list(remote.refs() if names is None else names)
-    digests = remote.ref_digests(names)
+    values = remote.ref_values(names)
     report = SyncReport()
     for i, name in enumerate(names):
-        digest = digests[name]
-        if digest is None:
+        value = values[name]
+        if value is None:
             raise KeyError(name)
-        pull_closure(store, remote, digest, report)
-        store.set_ref(name, digest)
-        report.refs += 1
+        if policy.refusal(name, value) is not None:
+            remote.counters["untrusted"] += 1
+            report.untrusted.append(name)
+        else:
+            pull_closure(store, remote, value.digest, report)
+            store.set_ref(name, value.digest)
+            report.refs += 1
         if progress is not None:
             progress(i + 1, len(names))
     return report
