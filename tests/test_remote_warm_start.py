@@ -130,7 +130,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(
 @pytest.mark.slow
 def test_the_remote_killed_in_the_middle_of_a_save(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
-    watcher = kill_on_command(server, b"SET precompile:v1:obj:")
+    watcher = kill_on_command(server, b"SET precompile:v2:obj:")
     a = _host("build", "compile", tmp_path, server.url)
     watcher.join(5)
     assert server.proc.poll() is not None, "the remote was killed during the save"

@@ -10,6 +10,7 @@ layer, `pull`, bundle layers and import; the honest fleet still shares.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import subprocess
@@ -141,6 +142,30 @@ def test_pull_keeps_going_past_refused_refs_and_a_trusted_host_shares(
     assert pull(Store(tmp_path / "opt-in"), remote, allow_unsigned=True).refs == 3
 
 
+def test_the_command_line_signs_pushes_and_pulls_only_what_a_trusted_key_signed(
+    redis_server: Any, tmp_path: Path, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("PRECOMPILE_SIGNING_KEY", "PRECOMPILE_TRUSTED_KEYS", "PRECOMPILE_ALLOW_UNSIGNED"):
+        monkeypatch.delenv(name, raising=False)
+    src = Store(tmp_path / "src")
+    refs = make_entries(src, 2)
+    pushed = run_precompile("--store", tmp_path / "src", "push", redis_server.url, "--sign", tmp_path / "alice.key")
+    assert pushed.returncode == 0, pushed.stderr
+    evil = _evil_store(tmp_path, "dynamo/e1", tmp_path / "marker")
+    _plant(Remote(redis_server.url), evil, "dynamo/e1", evil.get_ref("dynamo/e1") or "")
+    pulled = run_precompile(
+        "--store", tmp_path / "dst", "pull", redis_server.url, "--trusted-key", keys["alice"], "--json"
+    )
+    assert pulled.returncode == 0, pulled.stderr
+    doc = json.loads(pulled.stdout)
+    assert doc["refs"] == 1 and doc["untrusted"] == ["dynamo/e1"]
+    assert "dynamo/e1" in pulled.stderr
+    dst = Store(tmp_path / "dst")
+    assert dst.refs() == ["dynamo/e0"] and dst.get_ref("dynamo/e0") == refs["dynamo/e0"]
+    refused = run_precompile("--store", tmp_path / "none", "pull", redis_server.url)
+    assert refused.returncode == 1 and "no trusted keys" in refused.stderr.replace("\n", " ")
+
+
 def test_a_host_without_a_signing_key_reads_but_does_not_publish(
     redis_server: Any, tmp_path: Path, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -223,8 +248,9 @@ def test_a_bundle_opened_unverified_is_verified_once_its_signature_is_relied_on(
         layered.get(digest)
 
 
-def test_key_files_fail_safe(tmp_path: Path, keys: dict[str, str]) -> None:
-    # A keygen whose write fails leaves nothing behind, and the next one succeeds.
+def test_a_failed_keygen_leaves_no_key_file(tmp_path: Path) -> None:
+    """A keygen whose write fails (here: a file size limit of 0) leaves nothing behind,
+    so the next one succeeds."""
     path = tmp_path / "new.key"
     script = (
         "import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
@@ -237,7 +263,10 @@ def test_key_files_fail_safe(tmp_path: Path, keys: dict[str, str]) -> None:
     assert not path.exists()
     assert [p for p in os.listdir(tmp_path) if p.startswith(".new.key")] == []
     assert keygen(path).startswith("ed25519:")
-    # A trusted-keys file others may write is refused, like ssh's authorized_keys.
+
+
+def test_a_trusted_keys_file_others_may_write_is_refused(tmp_path: Path, keys: dict[str, str]) -> None:
+    """Like ssh's authorized_keys."""
     listing = tmp_path / "trusted"
     listing.write_text(keys["alice"] + "\n")
     for mode in (0o666, 0o664):
