@@ -424,7 +424,8 @@ class Bundle:
 
     def check_trusted(self, trusted_keys: Sequence[str | Path] | None = None) -> None:
         """Raises UntrustedError unless one of `trusted_keys` (default:
-        $PRECOMPILE_TRUSTED_KEYS) signed the bundle."""
+        $PRECOMPILE_TRUSTED_KEYS) signed the bundle; once it passed, every blob is
+        hashed before it is served, whatever `verify` the bundle was opened with."""
 
     def contains(self, digest: str) -> bool:
         """Whether the bundle holds the blob `digest`."""

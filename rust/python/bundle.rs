@@ -122,7 +122,8 @@ impl PyBundle {
 
     /// Raises UntrustedError unless the bundle is signed by one of
     /// `trusted_keys` (default: $PRECOMPILE_TRUSTED_KEYS; when that is unset
-    /// too, nothing is required).
+    /// too, nothing is required). Once a signature passed, every blob is
+    /// hashed before it is served, whatever `verify` said.
     #[pyo3(signature = (trusted_keys = None))]
     fn check_trusted(&self, trusted_keys: Option<Vec<PathBuf>>) -> PyResult<()> {
         if let Some(trust) = resolve_trust(trusted_keys)? {
