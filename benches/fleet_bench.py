@@ -181,11 +181,16 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
     }
     models = args.models.split(",")
     res: dict[str, Any] = {"models": models, "build": []}
+    # The build host signs what it pushes; fresh hosts trust that key.
+    import precompile
+
+    key = str(root / "fleet.key")
+    public = precompile.keygen(key)
 
     # The build host: one model at a time, the remote measured after each.
     seen: set[str] = set()
     for name in models:
-        build = Host(root, "build", "precompile", name, {"PRECOMPILE_REMOTE": url})
+        build = Host(root, "build", "precompile", name, {"PRECOMPILE_REMOTE": url, "PRECOMPILE_SIGNING_KEY": key})
         before = remote_usage(remote)["bytes"]
         r = build.run("--save")
         store = Store(str(build.dir / "store"))
@@ -232,7 +237,7 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
         )
         return out
 
-    precompile_env = {"PRECOMPILE_REMOTE": url}
+    precompile_env = {"PRECOMPILE_REMOTE": url, "PRECOMPILE_TRUSTED_KEYS": public}
     res["precompile_seq"] = hosts("precompile", "precompile", precompile_env, args.hosts, False)
     res["precompile_par"] = hosts("precompile", "precompile", precompile_env, args.hosts, True)
     res["torch_seq"] = hosts("torch-remote", "torch", torch_env, args.baseline_hosts, False)

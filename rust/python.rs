@@ -19,6 +19,7 @@ mod blob;
 mod bundle;
 mod errors;
 mod progress;
+mod refsig;
 mod reports;
 
 use blob::{with_buffer, PyBlob};
@@ -409,16 +410,26 @@ impl PyStore {
     /// Unpacks the bundle at `path` (idempotent, deduplicating): an
     /// `ImportReport`. With `trusted_keys`
     /// (default: $PRECOMPILE_TRUSTED_KEYS), a bundle not signed by one of
-    /// them raises UntrustedError before anything is written.
-    #[pyo3(signature = (path, *, progress = None, trusted_keys = None))]
+    /// them raises UntrustedError before anything is written. With no trusted
+    /// key configured, every bundle is refused unless `allow_unsigned`
+    /// (default: $PRECOMPILE_ALLOW_UNSIGNED=1).
+    #[pyo3(signature = (path, *, progress = None, trusted_keys = None, allow_unsigned = None))]
     fn import_bundle<'py>(
         &self,
         py: Python<'py>,
         path: PathBuf,
         progress: Option<&Bound<'py, PyAny>>,
         trusted_keys: Option<Vec<PathBuf>>,
+        allow_unsigned: Option<bool>,
     ) -> PyResult<ImportReport> {
-        bundle::import(py, &self.inner, path, progress, trusted_keys)
+        bundle::import(
+            py,
+            &self.inner,
+            path,
+            progress,
+            trusted_keys,
+            allow_unsigned,
+        )
     }
 
     /// Deletes least recently used refs until the store fits in `max_size`
@@ -454,6 +465,8 @@ mod _core {
     use super::blob::blake3_hex;
     #[pymodule_export]
     use super::bundle::{keygen, open_bundle, PyBundle};
+    #[pymodule_export]
+    use super::refsig::{PySigningKey, PyTrustedKeys};
     #[pymodule_export]
     use super::reports::{
         BundleStats, BundleVerifyReport, EvictReport, ExportReport, GcReport, ImportReport,

@@ -93,3 +93,21 @@ def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     cluster = RedisCluster(Path(tmp_path_factory.mktemp("cluster")))
     yield cluster
     cluster.close()
+
+
+@pytest.fixture(scope="session")
+def fleet_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A signing key for the tests' fleet: (secret key file, public key)."""
+    from precompile import keygen
+
+    path = str(tmp_path_factory.mktemp("fleet-key") / "fleet.key")
+    return path, keygen(path)
+
+
+@pytest.fixture
+def signed_fleet(fleet_key: tuple[str, str], monkeypatch: pytest.MonkeyPatch) -> tuple[str, str]:
+    """Hosts of this test (and the processes it starts) sign with the fleet key and trust it."""
+    monkeypatch.setenv("PRECOMPILE_SIGNING_KEY", fleet_key[0])
+    monkeypatch.setenv("PRECOMPILE_TRUSTED_KEYS", fleet_key[1])
+    monkeypatch.delenv("PRECOMPILE_ALLOW_UNSIGNED", raising=False)
+    return fleet_key

@@ -50,7 +50,7 @@ def test_round_trip_through_the_api(exported: tuple[Store, dict[str, str], Path]
     assert not bundle.contains(blake3(b"garbage, reached by no ref").hexdigest())
 
     dst = Store(tmp_path / "dst")
-    report = dst.import_bundle(path)
+    report = dst.import_bundle(path, allow_unsigned=True)
     assert report.objects_new == len(bundle) and report.objects_present == 0
     assert report.refs == report.refs_changed == len(refs)
     for ref, digest in refs.items():
@@ -63,12 +63,12 @@ def test_import_is_idempotent_and_dedups(exported: tuple[Store, dict[str, str], 
     _, refs, path = exported
     dst = Store(tmp_path / "dst")
     already = dst.put(blob_bytes("shared-0", 256 << 10))  # the blob every entry shares
-    first = dst.import_bundle(path)
+    first = dst.import_bundle(path, allow_unsigned=True)
     assert first.objects_present == 1
     objects = dst.stats().objects
     mtimes = {ref: dst.ref_mtime(ref) for ref in refs}
 
-    again = dst.import_bundle(path)
+    again = dst.import_bundle(path, allow_unsigned=True)
     assert again.to_dict() == {**again.to_dict(), "objects_new": 0, "bytes_new": 0, "refs_changed": 0}
     assert again.objects_present == objects and again.refs == len(refs)
     assert dst.stats().objects == objects
@@ -147,7 +147,9 @@ def test_layers_answer_through_bundles_and_the_local_store(tmp_path: Path) -> No
     one.export_bundle(None, tmp_path / "one.bundle")
     two.export_bundle(None, tmp_path / "two.bundle")
 
-    layered = open_layered(str(tmp_path / "local"), [str(tmp_path / "one.bundle"), str(tmp_path / "two.bundle")])
+    layered = open_layered(
+        str(tmp_path / "local"), [str(tmp_path / "one.bundle"), str(tmp_path / "two.bundle")], allow_unsigned=True
+    )
     assert layered.refs() == sorted(set(refs_one) | set(two_refs))
     assert layered.get_ref("dynamo/e0") == refs_one["dynamo/e0"]  # earlier layers win
     assert layered.get_ref("dynamo/e2") == two_refs["dynamo/e2"]
@@ -188,7 +190,7 @@ def test_corrupt_blob_is_caught_on_get_verify_and_import(
 
     dst = Store(tmp_path / "dst")
     with pytest.raises(CorruptObjectError, match=victim):
-        dst.import_bundle(path)
+        dst.import_bundle(path, allow_unsigned=True)
     assert dst.get_ref("dynamo/e1") is None  # never set on top of a hole
     assert dst.get_ref("dynamo/e0") == refs["dynamo/e0"]
     assert not dst.contains(victim) and dst.verify().ok
@@ -296,5 +298,5 @@ def test_malformed_bundles_raise_format_error(
     # Nothing of a malformed bundle is trusted: import writes nothing at all.
     dst = Store(tmp_path / "dst")
     with pytest.raises(FormatError):
-        dst.import_bundle(bad)
+        dst.import_bundle(bad, allow_unsigned=True)
     assert dst.stats().objects == 0 and dst.refs() == []

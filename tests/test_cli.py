@@ -38,9 +38,9 @@ def test_export_import_round_trip(filled_store: tuple[Path, dict[str, str]], tmp
     assert "3 refs" in " ".join(exported.stdout.split()) and bundle.is_file()
 
     served = tmp_path / "served"
-    imported = cli_json("--store", served, "import", bundle)
+    imported = cli_json("--store", served, "import", bundle, "--allow-unsigned")
     assert imported["refs"] == imported["refs_changed"] == 3 and imported["objects_present"] == 0
-    again = cli_json("--store", served, "import", bundle)
+    again = cli_json("--store", served, "import", bundle, "--allow-unsigned")
     assert again["objects_new"] == 0 and again["refs_changed"] == 0
 
     a, b = Store(root), Store(served)
@@ -116,7 +116,7 @@ def test_exit_codes(filled_store: tuple[Path, dict[str, str]], tmp_path: Path) -
 
     bad = tmp_path / "not-a.bundle"
     bad.write_bytes(b"PCBUNDLE" + bytes(200))
-    proc = run_precompile("--store", tmp_path / "fresh", "import", bad)
+    proc = run_precompile("--store", tmp_path / "fresh", "import", bad, "--allow-unsigned")
     assert proc.returncode == 1 and "Traceback" not in proc.stderr and "error" in proc.stderr
 
 

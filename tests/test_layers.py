@@ -25,7 +25,7 @@ def test_every_kind_of_layer_opens_read_only(bundle_path: Path, tmp_path: Path) 
     other = Store(tmp_path / "other")
     other.set_ref("dynamo/x", other.put(b"x"))
     for source in (str(bundle_path), bundle_path, open_bundle(bundle_path), str(tmp_path / "other"), other):
-        layer = open_layer(source)
+        layer = open_layer(source, allow_unsigned=True)
         assert isinstance(layer, ReadOnlyStore) and isinstance(layer, ReadStore)
         assert layer.refs()
         for write in (
@@ -44,7 +44,7 @@ def test_every_kind_of_layer_opens_read_only(bundle_path: Path, tmp_path: Path) 
 
 
 def test_a_layered_store_writes_to_its_writable_store(bundle_path: Path, tmp_path: Path) -> None:
-    layered = open_layered(str(tmp_path / "local"), [str(bundle_path)])
+    layered = open_layered(str(tmp_path / "local"), [str(bundle_path)], allow_unsigned=True)
     assert isinstance(layered, LayeredStore) and isinstance(layered, WriteStore)
     assert writable_of(layered) is layered.writable
     digest = layered.put(b"compiled here")

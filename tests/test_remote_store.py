@@ -30,6 +30,9 @@ from precompile import (
 )
 from precompile.remote import Remote, RemoteError, RemoteLayer, pull, push, remote_gc, remote_usage
 
+# Every host here signs its pushes with the fleet key and trusts it.
+pytestmark = pytest.mark.usefixtures("signed_fleet")
+
 
 def _store(tmp_path: Path, name: str) -> Store:
     return Store(str(tmp_path / name))
@@ -369,7 +372,7 @@ def test_namespaces_and_layout_version_keep_remotes_apart(redis_server: Any, tmp
     assert Remote(redis_server.url + "?namespace=team-b").refs() == []
     assert Remote(redis_server.url + "?namespace=team-a").refs() == ["dynamo/e0"]
     keys = {k.decode() for k in redis_server.client().scan_iter()}
-    assert keys and all(k.startswith("team-a:v1:") for k in keys)
+    assert keys and all(k.startswith("team-a:v2:") for k in keys)
 
 
 def test_gc_stops_rather_than_guess_past_a_damaged_manifest(redis_server: Any, tmp_path: Path) -> None:

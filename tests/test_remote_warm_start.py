@@ -21,7 +21,8 @@ from support.warm_start import run_scenario
 from precompile import Store
 from precompile.remote import Remote, push, remote_usage
 
-pytestmark = pytest.mark.torch
+# Every host here signs its pushes with the fleet key and trusts it.
+pytestmark = [pytest.mark.torch, pytest.mark.usefixtures("signed_fleet")]
 
 
 def test_install_takes_a_remote_url_or_the_environment(
@@ -35,7 +36,7 @@ def test_install_takes_a_remote_url_or_the_environment(
         assert cache.store.remote.remote.url == redis_server.url
         monkeypatch.setenv("PRECOMPILE_REMOTE", redis_server.url + "?namespace=fleet")
         cache = precompile.install(tmp_path / "s", save_on_exit=False)
-        assert cache.store.remote.remote.keys.base == "fleet:v1:"
+        assert cache.store.remote.remote.keys.base == "fleet:v2:"
         monkeypatch.delenv("PRECOMPILE_REMOTE")
         cache = precompile.install(tmp_path / "s", save_on_exit=False)
         assert getattr(cache.store, "remote", None) is None
@@ -63,11 +64,17 @@ def _assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def build_host(redis_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def build_host(
+    redis_factory: Any, tmp_path_factory: pytest.TempPathFactory, fleet_key: tuple[str, str]
+) -> dict[str, Any]:
     """One host that compiled the scenario and saved it into its store and the remote."""
     server = redis_factory()
     root = tmp_path_factory.mktemp("fleet")
-    a = _host("build", "compile", root, server.url)
+    # Module-scoped: set up before the tests' own `signed_fleet`.
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("PRECOMPILE_SIGNING_KEY", fleet_key[0])
+        env.setenv("PRECOMPILE_TRUSTED_KEYS", fleet_key[1])
+        a = _host("build", "compile", root, server.url)
     assert a["compiler_runs"], "the build host compiles"
     assert counter(a, "precompile_remote", "refs_written") == 1, a["counters"]
     return {
@@ -123,7 +130,7 @@ def test_the_remote_killed_in_the_middle_of_a_load(
 @pytest.mark.slow
 def test_the_remote_killed_in_the_middle_of_a_save(redis_factory: Any, tmp_path: Path) -> None:
     server = redis_factory()
-    watcher = kill_on_command(server, b"SET precompile:v1:obj:")
+    watcher = kill_on_command(server, b"SET precompile:v2:obj:")
     a = _host("build", "compile", tmp_path, server.url)
     watcher.join(5)
     assert server.proc.poll() is not None, "the remote was killed during the save"

@@ -41,7 +41,7 @@ def test_sixteen_threads_load_the_same_entries(
     sources = {
         "store": Store(root),
         "bundle": open_bundle(path),
-        "layered": open_layered(str(tmp_path / "local"), [str(path)]),
+        "layered": open_layered(str(tmp_path / "local"), [str(path)], allow_unsigned=True),
     }
     for name, source in sources.items():
         start = threading.Barrier(16)

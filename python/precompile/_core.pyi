@@ -25,6 +25,7 @@ __all__ = [
     "RefConflictError",
     "RefNotFoundError",
     "RefUsage",
+    "SigningKey",
     "Stats",
     "Store",
     "StoreError",
@@ -34,6 +35,7 @@ __all__ = [
     "StoreIsADirectoryError",
     "StoreNotADirectoryError",
     "StorePermissionError",
+    "TrustedKeys",
     "UntrustedError",
     "Usage",
     "VerifyReport",
@@ -407,9 +409,12 @@ class Store:
         *,
         progress: _Progress | None = None,
         trusted_keys: Sequence[str | Path] | None = None,
+        allow_unsigned: bool | None = None,
     ) -> ImportReport:
         """Unpacks the bundle at `path` (idempotent, deduplicating); with trusted keys
-        (default: $PRECOMPILE_TRUSTED_KEYS), only a bundle one of them signed."""
+        (default: $PRECOMPILE_TRUSTED_KEYS), only a bundle one of them signed. With no
+        trusted key configured, raises UntrustedError unless `allow_unsigned` (default:
+        $PRECOMPILE_ALLOW_UNSIGNED=1)."""
 
     def evict(self, max_size: int, *, dry_run: bool = False, grace_seconds: float = 3600.0) -> EvictReport:
         """Deletes least recently used refs until the store fits in `max_size` bytes, then sweeps."""
@@ -431,7 +436,8 @@ class Bundle:
 
     def check_trusted(self, trusted_keys: Sequence[str | Path] | None = None) -> None:
         """Raises UntrustedError unless one of `trusted_keys` (default:
-        $PRECOMPILE_TRUSTED_KEYS) signed the bundle."""
+        $PRECOMPILE_TRUSTED_KEYS) signed the bundle; once it passed, every blob is
+        hashed before it is served, whatever `verify` the bundle was opened with."""
 
     def contains(self, digest: str) -> bool:
         """Whether the bundle holds the blob `digest`."""
@@ -473,6 +479,38 @@ class Bundle:
 def open_bundle(path: str | Path, *, verify: bool = True, trusted_keys: Sequence[str | Path] | None = None) -> Bundle:
     """Maps the bundle at `path` read-only after validating its metadata; with trusted
     keys (default: $PRECOMPILE_TRUSTED_KEYS), refuses one none of them signed."""
+
+@final
+class SigningKey:
+    """A secret key file (`keygen`) loaded to sign remote refs; refused when other
+    users may read it (ValueError)."""
+
+    def __new__(cls, path: str | Path) -> SigningKey: ...
+    @property
+    def public(self) -> str:
+        """The public half, `ed25519:<64 hex>`."""
+
+    def sign_ref(self, name: str, digest: str) -> str:
+        """The signature (128 hex digits) of ref `name` pointing at `digest`."""
+
+@final
+class TrustedKeys:
+    """Public keys a reader trusts, parsed once (keys `ed25519:<hex>` or files of them;
+    a file other users may write raises UntrustedError)."""
+
+    def __new__(cls, keys: Sequence[str | Path]) -> TrustedKeys: ...
+    @staticmethod
+    def from_env() -> TrustedKeys | None:
+        """The keys of $PRECOMPILE_TRUSTED_KEYS, or None when it names none."""
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys, `ed25519:<hex>`."""
+
+    def __len__(self) -> int: ...
+    def verify_ref(self, name: str, digest: str, signer: str, signature: str) -> str | None:
+        """`signer` when `signature` is its valid signature of ref `name` pointing at
+        `digest` and it is trusted; None otherwise (never raises)."""
 
 def keygen(path: str | Path) -> str:
     """Writes a new secret key to `path` (mode 0600, never over an existing file) and

@@ -128,7 +128,12 @@ class StoreDynamoCache(tc.DynamoStore):
             return None
         if digest is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
-            explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
+            remote = getattr(self.store, "remote", None)
+            refused = None if remote is None else remote.refusal(ref_name(key))
+            if refused is not None:
+                explain.miss("untrusted", key, f"the remote's entry was refused: {refused}; compiling instead", fn=fn)
+            else:
+                explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
             return None
         try:
             entry = fetch_entry(self.store, digest)
@@ -221,6 +226,8 @@ def install(
     enable: bool = True,
     save_on_exit: bool = True,
     trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    allow_unsigned: bool | None = None,
+    signing_key: str | os.PathLike[str] | None = None,
     shared_store: bool = False,
 ) -> StoreDynamoCache:
     """Make torch's precompile cache use a precompile store.
@@ -233,8 +240,13 @@ def install(
     store at `path` must be the user's own unless `shared_store` (a setgid
     directory shared with one of the user's groups). `remote` (a URL such as
     `redis://host:6379/0` or `redis+cluster://host:7000`, or a
-    `precompile.remote.Remote`; default `$PRECOMPILE_REMOTE`) is read last and
-    receives every save; see `precompile.remote.layer`. With `enable`, sets
+    `precompile.remote.Remote`; default `$PRECOMPILE_REMOTE`) is read last,
+    serving only entries whose ref a trusted key signed, and receives every
+    save, signed with `signing_key` (a key file from `keygen`; default
+    `$PRECOMPILE_SIGNING_KEY`; without one saves stay local); see
+    `precompile.remote.layer` and `precompile.remote.trust`. With no trusted
+    key, neither bundles nor remote entries are loaded unless
+    `allow_unsigned` (default `$PRECOMPILE_ALLOW_UNSIGNED=1`). With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
     the previous installation.
@@ -250,6 +262,8 @@ def install(
         layers,
         remote,
         trusted_keys=trusted_keys,
+        allow_unsigned=allow_unsigned,
+        signing_key=signing_key,
         shared=shared_store,
     )
     cache = StoreDynamoCache(store)

@@ -15,6 +15,7 @@ The first miss of a stored entry in a process also raises one
 `PrecompileWarning` that names it and points at the rest.
 
 Reasons: `not_stored` (no entry under the function's key, as on a first run),
+`untrusted` (the remote held an entry whose ref no trusted key signed),
 `load_error` (the entry is unreadable: corrupt or missing objects, another
 torch), `source_changed` (a function it traced was edited since),
 `bypassed` (torch saved the code without compiled variants), `module_missing`,

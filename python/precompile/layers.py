@@ -10,12 +10,15 @@ write can never reach one, whatever it is underneath.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._core import Bundle, MissingObjectError, Store
+from ._core import Bundle, MissingObjectError, SigningKey, Store
 from .protocols import BatchRead, ReadStore, Signed, WriteStore
 from .remote import Remote, RemoteLayer
+from .remote.trust import TrustPolicy, resolve_signing_key
+from .warning import PrecompileWarning
 
 if TYPE_CHECKING:
     from ._core import GcReport, Stats
@@ -91,24 +94,35 @@ class ReadOnlyStore:
 def open_layer(
     layer: LayerSource,
     trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    *,
+    allow_unsigned: bool | None = None,
+    policy: TrustPolicy | None = None,
 ) -> ReadOnlyStore:
     """A read-only layer from a path (store dir or bundle file) or an open object.
 
     A bundle must be signed by one of `trusted_keys` (default:
-    `$PRECOMPILE_TRUSTED_KEYS`; when neither names a key, none is required),
-    checked here, before anything of it is read. A store directory must be
-    the user's own (see `Store`).
+    `$PRECOMPILE_TRUSTED_KEYS`), checked here, before anything of it is
+    read, and its blobs are then hashed before they are served. With no
+    trusted key, a bundle raises `UntrustedError` unless `allow_unsigned`
+    (default `$PRECOMPILE_ALLOW_UNSIGNED=1`). A store directory must be the
+    user's own (see `Store`).
     """
-    keys = None if trusted_keys is None else [os.fspath(k) for k in trusted_keys]
+    if policy is None:
+        policy = TrustPolicy.resolve(trusted_keys, allow_unsigned)
     if not isinstance(layer, (str, os.PathLike)):
         if isinstance(layer, Signed):
-            layer.check_trusted(keys)
+            keys = policy.bundle_keys(str(getattr(layer, "path", layer)))
+            if keys is not None:
+                layer.check_trusted(keys)
         return ReadOnlyStore(layer)
     path = os.fspath(layer)
     if os.path.isdir(path):
         return ReadOnlyStore(Store(path, create=False))
     from .bundle import open_bundle
 
+    keys = policy.bundle_keys(path)
+    if keys is None:
+        return ReadOnlyStore(open_bundle(path))
     return ReadOnlyStore(open_bundle(path, trusted_keys=keys))
 
 
@@ -210,19 +224,35 @@ def open_layered(
     remote: Remote | None = None,
     *,
     trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    allow_unsigned: bool | None = None,
+    signing_key: str | os.PathLike[str] | SigningKey | None = None,
     shared: bool = False,
 ) -> Store | LayeredStore:
     """The store at `path`, layered over `layers` and then `remote`, if any.
 
     Every layer is opened (and a bundle's signature checked) before the
-    writable store is, so a refused layer leaves nothing behind.
+    writable store is, so a refused layer leaves nothing behind. The remote
+    serves only refs signed by a trusted key (see `precompile.remote.trust`);
+    saves are pushed to it only with a `signing_key` (default
+    `$PRECOMPILE_SIGNING_KEY`).
     """
-    opened = [open_layer(layer, trusted_keys) for layer in layers]
+    policy = TrustPolicy.resolve(trusted_keys, allow_unsigned)
+    opened = [open_layer(layer, policy=policy) for layer in layers]
+    key = resolve_signing_key(signing_key) if remote is not None else None
     store = Store(path, shared=shared)
     if not opened and remote is None:
         return store
-    remote_layer = None if remote is None else RemoteLayer(remote, store)
-    if remote_layer is not None:
+    remote_layer = None
+    if remote is not None:
+        if policy.closed:
+            warnings.warn(
+                PrecompileWarning(
+                    f"precompile: no trusted keys are configured, so nothing is loaded from the remote "
+                    f"{remote.url}; {policy.how_to_open()}"
+                ),
+                stacklevel=3,
+            )
+        remote_layer = RemoteLayer(remote, store, trust=policy, signing_key=key)
         opened.append(ReadOnlyStore(remote_layer))
     return LayeredStore(store, opened, remote_layer)
 

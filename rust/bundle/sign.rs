@@ -12,6 +12,7 @@
 //! secret key file   "ed25519-secret:" + 64 lower-case hex digits (the 32-byte seed) + "\n",
 //!                   mode 0600
 //! signed message    SIGNED_CONTEXT || blake3(header || index || refs table)
+//! ref message     REF_CONTEXT || u32 LE len(name) || name (UTF-8) || digest (32 bytes)
 //! signature section (SIGNATURE_LEN bytes, between the refs table and the trailer)
 //!   0   [u8; 8]   b"PCBSIG\0\0"
 //!   8   u32       scheme   1 = ed25519
@@ -39,6 +40,9 @@ pub const SECRET_PREFIX: &str = "ed25519-secret:";
 /// Domain separation: a signature over a bundle can never be replayed as a signature
 /// over anything else signed with the same key.
 pub const SIGNED_CONTEXT: &[u8] = b"precompile bundle signature v1\0";
+/// Domain separation for a signed ref (a remote ref value): a ref signature is never a
+/// bundle signature, nor the other way round.
+pub const REF_CONTEXT: &[u8] = b"precompile ref signature v1\0";
 /// The environment variable that lists trusted keys when a caller names none.
 pub const TRUSTED_KEYS_ENV: &str = "PRECOMPILE_TRUSTED_KEYS";
 
@@ -69,6 +73,15 @@ impl PublicKey {
     pub fn as_bytes(&self) -> &[u8; 32] {
         self.0.as_bytes()
     }
+
+    /// Whether `signature` is this key's signature of ref `name` pointing at `digest`.
+    /// Strict verification: a weak key or a non-canonical signature never verifies.
+    pub fn verify_ref(&self, name: &str, digest: &[u8; 32], signature: &[u8; 64]) -> bool {
+        let signature = Signature::from_bytes(signature);
+        self.0
+            .verify_strict(&ref_message(name, digest), &signature)
+            .is_ok()
+    }
 }
 
 impl std::fmt::Display for PublicKey {
@@ -96,17 +109,39 @@ impl SecretKey {
             .map_err(|e| Error::io(path, io::Error::other(format!("no randomness: {e}"))))?;
         let key = SecretKey(SigningKey::from_bytes(&seed));
         seed.fill(0);
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(|e| Error::io(path, e))?;
         let text = format!("{SECRET_PREFIX}{}\n", to_hex(key.0.as_bytes()));
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(|e| Error::io(path, e))?;
+        // Written in full to a temporary file beside `path`, then linked into place:
+        // a failed write leaves no partial key file behind, and link(2), unlike
+        // rename(2), never replaces an existing file.
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        let name = path
+            .file_name()
+            .ok_or_else(|| Error::InvalidKey(format!("{} is not a file name", path.display())))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".tmp{}-{:08x}", std::process::id(), rand_u32()));
+        let tmp = dir.join(tmp_name);
+        let written = (|| {
+            let mut file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&tmp)
+                .map_err(|e| Error::io(&tmp, e))?;
+            file.write_all(text.as_bytes())
+                .and_then(|()| file.sync_all())
+                .map_err(|e| Error::io(&tmp, e))?;
+            fs::hard_link(&tmp, path).map_err(|e| Error::io(path, e))
+        })();
+        let _ = fs::remove_file(&tmp);
+        written?;
+        if let Ok(d) = fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
         Ok(key)
     }
 
@@ -143,6 +178,11 @@ impl SecretKey {
         PublicKey(self.0.verifying_key())
     }
 
+    /// The signature of ref `name` pointing at `digest` (see [`ref_message`]).
+    pub fn sign_ref(&self, name: &str, digest: &[u8; 32]) -> [u8; 64] {
+        self.0.sign(&ref_message(name, digest)).to_bytes()
+    }
+
     /// The signature section for a bundle whose metadata hashes to `digest`.
     pub(crate) fn sign_section(&self, digest: &[u8; 32]) -> [u8; SIGNATURE_LEN] {
         let signature = self.0.sign(&signed_message(digest));
@@ -173,6 +213,7 @@ impl TrustedKeys {
                 continue;
             }
             let path = Path::new(spec);
+            check_key_file(path)?;
             let text = fs::read_to_string(path).map_err(|e| {
                 Error::InvalidKey(format!(
                     "{spec:?} is neither a public key ({PUBLIC_PREFIX}...) nor a readable key file: {e}"
@@ -265,12 +306,68 @@ pub(crate) fn verify_section(
     Ok(PublicKey(key))
 }
 
+/// Like ssh with authorized_keys, a file of trusted keys that another user could write is
+/// no list of trust at all: refused when another user owns it or it is group- or
+/// world-writable. A missing file is left to the read that follows, which names it.
+fn check_key_file(path: &Path) -> Result<(), Error> {
+    let Ok(meta) = fs::metadata(path) else {
+        return Ok(());
+    };
+    if meta.mode() & 0o022 != 0 {
+        return Err(Error::Untrusted(format!(
+            "trusted keys file {} is writable by other users (mode {:o}); chmod go-w it",
+            path.display(),
+            meta.mode() & 0o777
+        )));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(Error::Untrusted(format!(
+            "trusted keys file {} is owned by another user (uid {})",
+            path.display(),
+            meta.uid()
+        )));
+    }
+    Ok(())
+}
+
+/// The message a ref signature signs: the full ref name, length-prefixed so that no
+/// (name, digest) pair reads as another, and the digest it points at.
+pub fn ref_message(name: &str, digest: &[u8; 32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(REF_CONTEXT.len() + 4 + name.len() + 32);
+    out.extend_from_slice(REF_CONTEXT);
+    out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(digest);
+    out
+}
+
+fn rand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = getrandom::fill(&mut b);
+    u32::from_le_bytes(b)
+}
+
 fn signed_message(digest: &[u8; 32]) -> Vec<u8> {
     [SIGNED_CONTEXT, digest.as_slice()].concat()
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// 128 hex digits as 64 bytes (a signature's text form).
+pub fn parse_hex64(hex: &str) -> Option<[u8; 64]> {
+    if hex.len() != 128 || !hex.is_ascii() {
+        return None;
+    }
+    let lo = parse_hex32(&hex[..64])?;
+    let hi = parse_hex32(&hex[64..])?;
+    let mut out = [0u8; 64];
+    out[..32].copy_from_slice(&lo);
+    out[32..].copy_from_slice(&hi);
+    Some(out)
 }
 
 fn parse_hex32(hex: &str) -> Option<[u8; 32]> {

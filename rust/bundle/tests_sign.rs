@@ -203,3 +203,60 @@ fn public_keys_parse_from_text_and_files() {
     assert!(TrustedKeys::from_specs(&[empty.display().to_string()]).is_err());
     assert!(TrustedKeys::from_specs(&[dir.path().join("absent").display().to_string()]).is_err());
 }
+
+#[test]
+fn a_ref_signature_binds_the_name_and_the_digest() {
+    let dir = tempfile::tempdir().unwrap();
+    let signer = key(dir.path(), "k");
+    let other = key(dir.path(), "o");
+    let d1 = [1u8; 32];
+    let d2 = [2u8; 32];
+    let sig = signer.sign_ref("dynamo/env/a", &d1);
+    let public = signer.public();
+    assert!(public.verify_ref("dynamo/env/a", &d1, &sig));
+    // Replayed for another name or digest, or checked under another key: refused.
+    assert!(!public.verify_ref("dynamo/env/b", &d1, &sig));
+    assert!(!public.verify_ref("dynamo/env/a", &d2, &sig));
+    assert!(!other.public().verify_ref("dynamo/env/a", &d1, &sig));
+    let mut flipped = sig;
+    flipped[5] ^= 1;
+    assert!(!public.verify_ref("dynamo/env/a", &d1, &flipped));
+    // The length prefix: no two (name, digest) pairs share a message.
+    assert_ne!(sign::ref_message("ab", &d1), sign::ref_message("a", &d1));
+}
+
+#[test]
+fn a_ref_signature_is_never_a_bundle_signature() {
+    assert_ne!(sign::REF_CONTEXT, sign::SIGNED_CONTEXT);
+    assert!(!sign::ref_message("", &[0u8; 32]).starts_with(sign::SIGNED_CONTEXT));
+}
+
+#[test]
+fn keygen_leaves_no_temporary_file_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k");
+    key(dir.path(), "k");
+    let before = fs::read(&path).unwrap();
+    assert!(SecretKey::generate(&path).is_err());
+    assert_eq!(fs::read(&path).unwrap(), before);
+    let names: Vec<_> = fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(names.len(), 1, "only the key file remains");
+}
+
+#[test]
+fn a_trusted_keys_file_others_may_write_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let signer = key(dir.path(), "k");
+    let file = dir.path().join("trusted");
+    fs::write(&file, format!("{}\n", signer.public())).unwrap();
+    let spec = [file.to_str().unwrap()];
+    for mode in [0o666, 0o620, 0o602] {
+        fs::set_permissions(&file, fs::Permissions::from_mode(mode)).unwrap();
+        match TrustedKeys::from_specs(&spec) {
+            Err(Error::Untrusted(msg)) => assert!(msg.contains("writable"), "{msg}"),
+            other => panic!("mode {mode:o}: expected Untrusted, got {other:?}"),
+        }
+    }
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(TrustedKeys::from_specs(&spec).unwrap().keys().len(), 1);
+}

@@ -3,13 +3,14 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use pyo3::prelude::*;
 
 use super::reports::{BundleStats, BundleVerifyReport, ExportReport, ImportReport};
 use super::{parse_digest, progress, PyBlob, GIL_RELEASE_MIN};
+use crate::bundle::sign::TRUSTED_KEYS_ENV;
 use crate::bundle::{Bundle, SecretKey, TrustedKeys};
 use crate::error::Error;
 use crate::hash::{hash_bytes, Digest};
@@ -42,6 +43,13 @@ fn resolve_trust(keys: Option<Vec<PathBuf>>) -> Result<Option<TrustedKeys>, Erro
     }
 }
 
+/// The opt-in that lets a reader with no trusted keys accept what nobody signed.
+const ALLOW_UNSIGNED_ENV: &str = "PRECOMPILE_ALLOW_UNSIGNED";
+
+fn allow_unsigned_from_env() -> bool {
+    std::env::var(ALLOW_UNSIGNED_ENV).is_ok_and(|v| v.trim() == "1")
+}
+
 fn missing(raw: &[u8; 32]) -> Error {
     Error::Missing {
         digest: blake3::Hash::from_bytes(*raw).into(),
@@ -68,7 +76,9 @@ pub(super) fn manifest_to_py<'py>(
 #[pyclass(frozen, module = "precompile._core", name = "Bundle")]
 pub struct PyBundle {
     bundle: Bundle,
-    verify: bool,
+    // Turned on for good once a signature is relied on (`check_trusted`): the
+    // signature vouches for blobs only through their digests.
+    verify: AtomicBool,
     verified: RwLock<HashSet<[u8; 32]>>,
     gets: AtomicU64,
     misses: AtomicU64,
@@ -76,7 +86,9 @@ pub struct PyBundle {
 
 impl PyBundle {
     fn check(&self, raw: &[u8; 32], bytes: &[u8]) -> Result<(), Error> {
-        if !self.verify || self.verified.read().expect("not poisoned").contains(raw) {
+        if !self.verify.load(Ordering::Acquire)
+            || self.verified.read().expect("not poisoned").contains(raw)
+        {
             return Ok(());
         }
         if hash_bytes(bytes).as_bytes() != raw {
@@ -110,11 +122,15 @@ impl PyBundle {
 
     /// Raises UntrustedError unless the bundle is signed by one of
     /// `trusted_keys` (default: $PRECOMPILE_TRUSTED_KEYS; when that is unset
-    /// too, nothing is required).
+    /// too, nothing is required). Once a signature passed, every blob is
+    /// hashed before it is served, whatever `verify` said.
     #[pyo3(signature = (trusted_keys = None))]
     fn check_trusted(&self, trusted_keys: Option<Vec<PathBuf>>) -> PyResult<()> {
         if let Some(trust) = resolve_trust(trusted_keys)? {
             trust.check(self.bundle.signer(), self.bundle.path())?;
+            // Trust established by a signature: from now on every blob is hashed
+            // before it is served, whatever `verify` the bundle was opened with.
+            self.verify.store(true, Ordering::Release);
         }
         Ok(())
     }
@@ -274,7 +290,7 @@ pub fn open_bundle(
     let bundle = py.detach(|| Bundle::open_trusted(&path, trust.as_ref()))?;
     Ok(PyBundle {
         bundle,
-        verify,
+        verify: AtomicBool::new(verify),
         verified: RwLock::new(HashSet::new()),
         gets: AtomicU64::new(0),
         misses: AtomicU64::new(0),
@@ -316,8 +332,18 @@ pub(super) fn import<'py>(
     path: PathBuf,
     callback: Option<&Bound<'py, PyAny>>,
     trusted_keys: Option<Vec<PathBuf>>,
+    allow_unsigned: Option<bool>,
 ) -> PyResult<ImportReport> {
     let trust = resolve_trust(trusted_keys)?;
+    let allow_unsigned = allow_unsigned.unwrap_or_else(allow_unsigned_from_env);
+    if trust.is_none() && !allow_unsigned {
+        return Err(Error::Untrusted(format!(
+            "{}: no trusted keys are configured, so no bundle is trusted; pass trusted_keys \
+             (or set ${TRUSTED_KEYS_ENV}), or allow_unsigned=True ({ALLOW_UNSIGNED_ENV}=1) to import it unchecked",
+            path.display()
+        ))
+        .into());
+    }
     let r = progress::run(py, callback, |p| {
         store.import_bundle_with(&path, trust.as_ref(), p)
     })?;

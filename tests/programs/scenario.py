@@ -263,7 +263,15 @@ def main() -> None:
     # Public keys (or key files), comma-separated, that a bundle layer must be signed by.
     trusted = [k for k in os.environ.get("PRECOMPILE_TEST_TRUSTED_KEYS", "").split(",") if k]
     # "compile-at-exit" relies on install()'s save at interpreter exit.
-    precompile.install(store, layers=layers, save_on_exit=mode == "compile-at-exit", trusted_keys=trusted or None)
+    # Unsigned bundle layers are accepted only by explicit opt-in.
+    allow = True if layers and not trusted else None
+    precompile.install(
+        store,
+        layers=layers,
+        save_on_exit=mode == "compile-at-exit",
+        trusted_keys=trusted or None,
+        allow_unsigned=allow,
+    )
     mega_in = os.environ.get("PRECOMPILE_TEST_MEGA_IN")
     if mega_in:
         # Mega-Cache: artifacts another process saved with

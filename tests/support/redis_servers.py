@@ -186,7 +186,9 @@ def kill_on_command(server: RedisServer, needle: bytes) -> threading.Thread:
     Watches the server's MONITOR stream, so the kill lands while the client
     is in the middle of its conversation, right after that command arrived.
     """
-    watcher = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=30)
+    # Long enough for a host that compiles for minutes on a loaded machine
+    # before its first command of interest.
+    watcher = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=600)
     monitor = watcher.monitor()
     monitor.__enter__()
 

@@ -132,6 +132,11 @@ def _parser() -> argparse.ArgumentParser:
         help="accept only a bundle signed by this public key or key file (repeatable; "
         "default: $PRECOMPILE_TRUSTED_KEYS)",
     )
+    imp.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="with no trusted key, import the bundle unchecked (default: $PRECOMPILE_ALLOW_UNSIGNED=1)",
+    )
     command("keygen", cmd_keygen, "write a new secret signing key (mode 0600) and print its public key").add_argument(
         "keyfile", help="where to write the secret key (never overwritten)"
     )

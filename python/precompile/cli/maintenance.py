@@ -121,7 +121,9 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
 def cmd_import(args: argparse.Namespace, src: Source) -> int:
     store = src.need_store("import")
     with ByteProgress(err, "importing") as bar:
-        doc = store.import_bundle(args.bundle, progress=bar, trusted_keys=args.trusted_key).to_dict()
+        doc = store.import_bundle(
+            args.bundle, progress=bar, trusted_keys=args.trusted_key, allow_unsigned=args.allow_unsigned or None
+        ).to_dict()
     if args.json:
         emit_json(doc)
     else:

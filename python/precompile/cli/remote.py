@@ -1,13 +1,15 @@
 """The command line's remote commands: push, pull, and stats/gc with --remote.
 
-    precompile --store S push REMOTE [REF...]
-    precompile --store S pull REMOTE [REF...]
+    precompile --store S push [--sign KEYFILE] REMOTE [REF...]
+    precompile --store S pull [--trusted-key KEY]... [--allow-unsigned] REMOTE [REF...]
     precompile stats --remote REMOTE
     precompile gc --remote REMOTE [--grace 1h] [--dry-run]
 
 REMOTE is a URL as `precompile.install(remote=...)` takes it. A remote that
 cannot be reached is an error here (exit 1), not a miss: the command was
-asked to move data and could not.
+asked to move data and could not. A push signs every ref it sets (`--sign`,
+default `$PRECOMPILE_SIGNING_KEY`; without a key it exits 2); a pull sets
+only refs a trusted key signed and lists the others as untrusted.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from rich.progress import (
 from rich.table import Table
 
 from ..remote import Remote, open_remote, pull, push, redact_url, remote_gc, remote_usage
+from ..remote.trust import SIGNING_KEY_ENV, resolve_signing_key
 from .console import emit_json
 from .views import ByteProgress, Source, UsageError, human_size
 
@@ -63,12 +66,15 @@ def _report(args: argparse.Namespace, out: Console, err: Console, verb: str, doc
 
 def cmd_push(args: argparse.Namespace, src: Source, out: Console, err: Console) -> int:
     store = src.need_store("push")
+    key = resolve_signing_key(args.sign)
+    if key is None:
+        raise UsageError(f"push needs a signing key: --sign KEYFILE or ${SIGNING_KEY_ENV} (see precompile keygen)")
     for name in args.refs:
         if store.get_ref(name) is None:
             raise UsageError(f"no ref named {name!r}")
     remote = _open(args.remote)
     with ByteProgress(err, "pushing") as bar:
-        report = push(store, remote, args.refs or None, progress=bar)
+        report = push(store, remote, args.refs or None, progress=bar, signing_key=key)
     return _report(args, out, err, "pushed", report.to_json())
 
 
@@ -81,8 +87,20 @@ def cmd_pull(args: argparse.Namespace, src: Source, out: Console, err: Console) 
         if unknown:
             raise UsageError(f"the remote has no ref named {unknown[0]!r}")
     with CountProgress(err, "pulling") as bar:
-        report = pull(store, remote, args.refs or None, progress=bar)
-    return _report(args, out, err, "pulled", report.to_json())
+        report = pull(
+            store,
+            remote,
+            args.refs or None,
+            progress=bar,
+            trusted_keys=args.trusted_key,
+            allow_unsigned=args.allow_unsigned or None,
+        )
+    for name in report.untrusted:
+        err.print(f"skipped {escape(name)}: its signature does not verify under a trusted key")
+    status = _report(args, out, err, "pulled", report.to_json())
+    # Refs named on the command line that were refused are a failure; in a
+    # pull of everything, refs other writers signed are skipped as expected.
+    return 1 if args.refs and report.untrusted else status
 
 
 def cmd_stats_remote(args: argparse.Namespace, out: Console) -> int:
@@ -154,6 +172,20 @@ def add_commands(command: Any) -> None:
     )
     p.add_argument("remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port")
     p.add_argument("refs", nargs="*", help="refs to push (default: all)")
+    p.add_argument(
+        "--sign", metavar="KEYFILE", help="sign the refs with this secret key (default: $PRECOMPILE_SIGNING_KEY)"
+    )
     p = command("pull", cmd_pull, "download refs and what they reach from a remote, verified")
     p.add_argument("remote", help="redis://host:port/db, rediss://..., redis+cluster://host:port")
     p.add_argument("refs", nargs="*", help="refs to pull (default: all the remote holds)")
+    p.add_argument(
+        "--trusted-key",
+        action="append",
+        metavar="KEY",
+        help="pull only refs signed by this public key or key file (repeatable; default: $PRECOMPILE_TRUSTED_KEYS)",
+    )
+    p.add_argument(
+        "--allow-unsigned",
+        action="store_true",
+        help="with no trusted key, pull every ref unchecked (default: $PRECOMPILE_ALLOW_UNSIGNED=1)",
+    )

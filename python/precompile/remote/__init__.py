@@ -4,6 +4,7 @@
 - `layer`: `RemoteLayer`, the remote as the last read-only layer of a store,
   faults turned into misses;
 - `sync`: `push`, `pull`, `remote_usage` and `remote_gc`, whole entries at a time;
+- `trust`: `TrustPolicy`, `RefValue`: signed refs and which of them a reader accepts;
 - `keys`, `manifest`, `counters`, `connection`: the key layout, manifest
   parsing, the counted figures and the Redis connection they share.
 
@@ -19,18 +20,21 @@ from .keys import LAYOUT_VERSION
 from .layer import RemoteLayer
 from .manifest import MANIFEST_MAGIC, manifest_children
 from .sync import SyncReport, local_closure, pull, pull_closure, push, remote_gc, remote_usage
+from .trust import RefValue, TrustPolicy
 
 __all__ = [
     "COUNTERS",
     "DEFAULT_CHUNK_SIZE",
     "LAYOUT_VERSION",
     "MANIFEST_MAGIC",
+    "RefValue",
     "LiveCounters",
     "Remote",
     "RemoteConfigError",
     "RemoteError",
     "RemoteLayer",
     "SyncReport",
+    "TrustPolicy",
     "local_closure",
     "manifest_children",
     "open_remote",

@@ -14,7 +14,7 @@ import collections
 import contextlib
 import os
 import threading
-from collections.abc import Callable, Iterable, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from .._core import CorruptObjectError, MissingObjectError, blake3_hex
@@ -32,6 +32,7 @@ from .counters import COUNTERS
 from .keys import DEFAULT_NAMESPACE, Keys, glob_escape, now_ms
 from .manifest import is_digest
 from .replies import MAX_CHUNKS, MAX_OBJECT_BYTES, bytes_or_none, int_field, reply_list, text
+from .trust import RefValue, parse_ref_value
 
 __all__ = ["DEFAULT_CHUNK_SIZE", "Remote", "RemoteError", "open_remote"]
 
@@ -212,20 +213,30 @@ class Remote:
         self._run(lambda: self._client.ping())
 
     def get_ref(self, name: str) -> str | None:
-        value = bytes_or_none(self._run(lambda: self._client.get(self.keys.ref(name))), f"ref {name!r}")
-        if value is None:
+        """The digest ref `name` points at, signed or not; None when absent or unparsable."""
+        value = self.get_ref_value(name)
+        return None if value is None else value.digest
+
+    def get_ref_value(self, name: str) -> RefValue | None:
+        """What ref `name` holds (digest and signature), unchecked; None when absent.
+
+        A value that is no ref value is counted as corrupt and is a miss.
+        """
+        raw = bytes_or_none(self._run(lambda: self._client.get(self.keys.ref(name))), f"ref {name!r}")
+        if raw is None:
             self.counters["ref_misses"] += 1
             return None
-        digest: str = value.decode(errors="replace")
-        if not is_digest(digest):
+        value = parse_ref_value(raw)
+        if value is None:
             self.counters["corrupt"] += 1
-            raise CorruptObjectError(f"remote ref {name!r} holds {value[:80]!r}, not a digest")
+            return None
         self.counters["ref_hits"] += 1
-        return digest
+        return value
 
-    def set_refs(self, refs: dict[str, str]) -> None:
-        """Point each ref at its digest. Each SET is atomic; the last writer wins."""
-        self._pipeline(("set", (self.keys.ref(n), d)) for n, d in refs.items())
+    def set_refs(self, refs: Mapping[str, RefValue]) -> None:
+        """Point each ref at its value. Each SET is atomic (digest and signature
+        together); the last writer wins."""
+        self._pipeline(("set", (self.keys.ref(n), v.encode())) for n, v in refs.items())
         self.counters["refs_written"] += len(refs)
 
     def delete_ref(self, name: str) -> bool:
@@ -237,13 +248,14 @@ class Remote:
         names = [self.keys.ref_name(text(k, "a ref key")) for k in reply_list(keys, None, "a ref listing")]
         return sorted(set(names))
 
-    def ref_digests(self, names: list[str]) -> dict[str, str | None]:
+    def ref_values(self, names: list[str]) -> dict[str, RefValue | None]:
+        """What each ref holds, unchecked; None where absent or unparsable."""
         values = self._pipeline(("get", (self.keys.ref(n),)) for n in names)
-        out: dict[str, str | None] = {}
-        for name, value in zip(names, values):
-            text = value.decode(errors="replace") if isinstance(value, bytes) else None
-            out[name] = text if text is not None and is_digest(text) else None
-        return out
+        return {n: parse_ref_value(v) if isinstance(v, bytes) else None for n, v in zip(names, values)}
+
+    def ref_digests(self, names: list[str]) -> dict[str, str | None]:
+        """The digest each ref points at, signed or not (what gc keeps reachable)."""
+        return {n: None if v is None else v.digest for n, v in self.ref_values(names).items()}
 
     # -- objects -------------------------------------------------------------
     def touch_and_check(self, digests: list[str]) -> set[str]:

@@ -10,7 +10,8 @@ __all__ = ["COUNTERS", "LiveCounters"]
 # brought over, or did not; ref_hits / ref_misses: ref lookups; errors:
 # faults of the server or network; corrupt: values that did not hash to
 # their name (or lost a chunk); missing_objects: objects a ref reached that
-# the remote lacks; blobs/bytes read and written; refs written.
+# the remote lacks; untrusted: refs refused for a missing or bad signature
+# (or because no key is trusted); blobs/bytes read and written; refs written.
 COUNTERS = (
     "hits",
     "misses",
@@ -18,6 +19,7 @@ COUNTERS = (
     "ref_misses",
     "errors",
     "corrupt",
+    "untrusted",
     "missing_objects",
     "blobs_read",
     "bytes_read",

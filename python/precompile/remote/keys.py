@@ -3,10 +3,10 @@
 The remote holds the same objects and refs as a local store, under keys that
 carry a namespace and the layout version (docs/FORMAT.md, remote key layout):
 
-    <ns>:v1:ref:<name>              the digest ref <name> points at
-    <ns>:v1:obj:{<digest>}          the object's bytes, when it fits one value
-    <ns>:v1:chunk:{<digest>}:<i>    chunk i of a larger object
-    <ns>:v1:meta:{<digest>}         hash: t (last push, ms), n (size), c (chunks), m (manifest)
+    <ns>:v2:ref:<name>              "<digest> <signer> <signature>" (see `trust`)
+    <ns>:v2:obj:{<digest>}          the object's bytes, when it fits one value
+    <ns>:v2:chunk:{<digest>}:<i>    chunk i of a larger object
+    <ns>:v2:meta:{<digest>}         hash: t (last push, ms), n (size), c (chunks), m (manifest)
 
 The braces are a Redis Cluster hash tag: an object's keys live in one slot,
 so one script can delete them together.
@@ -18,7 +18,7 @@ import time
 
 __all__ = ["DEFAULT_NAMESPACE", "LAYOUT_VERSION", "Keys", "glob_escape", "now_ms"]
 
-LAYOUT_VERSION = "v1"
+LAYOUT_VERSION = "v2"
 DEFAULT_NAMESPACE = "precompile"
 
 

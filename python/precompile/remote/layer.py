@@ -16,6 +16,12 @@ counted and treated as a miss, without taking the remote out of use. Any
 other exception on the way (a bug, a reply nothing anticipated) is handled
 as an outage: it never reaches torch, nor a save that already succeeded
 locally.
+
+Trust (see `trust`): a remote ref is used only when its signature verifies
+under a key the reader trusts; any other ref is a miss, counted as
+`untrusted` and explained (`refusal`), and nothing it names is fetched. A
+host without a signing key reads but does not publish: `push` warns once
+and leaves its saves local.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from .._core import CorruptObjectError, MissingObjectError, Store
+from .._core import CorruptObjectError, MissingObjectError, SigningKey, Store
 from ..warning import PrecompileWarning
 from .client import Remote
 from .connection import RemoteError
 from .sync import SyncReport, pull_closure, push
+from .trust import SIGNING_KEY_ENV, TrustPolicy, resolve_signing_key
 
 __all__ = ["RemoteLayer"]
 
@@ -41,12 +48,27 @@ T = TypeVar("T")
 class RemoteLayer:
     """A read-only layer over `remote` that fills `local` as it reads."""
 
-    def __init__(self, remote: Remote, local: Store, *, retry_after: float = 60.0) -> None:
+    def __init__(
+        self,
+        remote: Remote,
+        local: Store,
+        *,
+        retry_after: float = 60.0,
+        trust: TrustPolicy | None = None,
+        signing_key: SigningKey | None = None,
+    ) -> None:
         self.remote = remote
         self.local = local
         self.retry_after = retry_after
+        # Defaults: $PRECOMPILE_TRUSTED_KEYS / $PRECOMPILE_ALLOW_UNSIGNED and
+        # $PRECOMPILE_SIGNING_KEY.
+        self.trust = TrustPolicy.resolve() if trust is None else trust
+        self.signing_key = resolve_signing_key() if signing_key is None else signing_key
         self._down_until = 0.0
         self._warned = False
+        self._warned_unsigned = False
+        # Why each recently refused ref was refused, for `refusal`.
+        self._refused: dict[str, str] = {}
 
     @property
     def path(self) -> str:
@@ -95,9 +117,17 @@ class RemoteLayer:
     # -- reads ---------------------------------------------------------------
     def get_ref(self, name: str) -> str | None:
         def fetch() -> str | None:
-            digest = self.remote.get_ref(name)
-            if digest is None:
+            if self.trust.closed:
+                # Nothing on the remote is trusted; install warned once already.
                 return None
+            value = self.remote.get_ref_value(name)
+            if value is None:
+                return None
+            why = self.trust.refusal(name, value)
+            if why is not None:
+                self._refuse(name, why)
+                return None
+            digest = value.digest
             pull_closure(self.local, self.remote, digest)
             # Only now, with everything it reaches on disk, does the local
             # store learn the ref.
@@ -107,6 +137,16 @@ class RemoteLayer:
         digest = self._guard(f"a read of {name!r}", fetch, None)
         self.remote.counters["hits" if digest is not None else "misses"] += 1
         return digest
+
+    def _refuse(self, name: str, why: str) -> None:
+        self.remote.counters["untrusted"] += 1
+        if len(self._refused) >= 256:
+            self._refused.pop(next(iter(self._refused)))
+        self._refused[name] = why
+
+    def refusal(self, name: str) -> str | None:
+        """Why the last read of ref `name` refused what the remote held, if it did."""
+        return self._refused.pop(name, None)
 
     def _fetch(self, digests: Sequence[str]) -> bool:
         missing = [d for d in dict.fromkeys(digests) if not self.local.contains(d)]
@@ -147,4 +187,16 @@ class RemoteLayer:
         """Upload refs `names` from the local store; None when the remote is out of use."""
         if not names:
             return SyncReport()
-        return self._guard("a push", lambda: push(self.local, self.remote, names), None)
+        key = self.signing_key
+        if key is None:
+            if not self._warned_unsigned:
+                self._warned_unsigned = True
+                warnings.warn(
+                    PrecompileWarning(
+                        f"precompile: no signing key, so saves stay local and are not pushed to {self.remote.url}; "
+                        f"pass install(signing_key=...) or set ${SIGNING_KEY_ENV} to publish"
+                    ),
+                    stacklevel=4,
+                )
+            return None
+        return self._guard("a push", lambda: push(self.local, self.remote, names, signing_key=key), None)

@@ -6,6 +6,9 @@ round trip per level, and move only what the other side lacks. A push
 uploads every blob before it sets any ref, so a remote ref never names a
 missing object; a pull writes a ref locally only once its whole closure is
 in the local store.
+
+Every ref a push sets is signed with the pushing host's key, and a pull sets
+locally only refs whose signature a trusted key verifies (see `trust`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,20 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core import CorruptObjectError, FormatError, MissingObjectError, Store, StoreError
+from .._core import (
+    CorruptObjectError,
+    FormatError,
+    MissingObjectError,
+    SigningKey,
+    Store,
+    StoreError,
+    UntrustedError,
+)
 from ..paths import shared_refs
 from .client import Remote
 from .connection import RemoteError
 from .manifest import digests_in, manifest_children
+from .trust import SIGNING_KEY_ENV, KeySpecs, RefValue, TrustPolicy, resolve_signing_key
 
 __all__ = ["SyncReport", "local_closure", "pull", "push", "remote_gc", "remote_usage"]
 
@@ -28,14 +40,16 @@ Progress = Callable[[int, int], object]
 
 @dataclasses.dataclass
 class SyncReport:
-    """What one push or pull moved: refs set, objects and bytes transferred,
-    and the refs it could not move, {name: why}."""
+    """What one push or pull moved: refs set, objects and bytes transferred;
+    the refs it could not move, {name: why} (`failures`); for a pull, the
+    refs refused for want of a trusted signature (`untrusted`)."""
 
     refs: int = 0
     objects: int = 0
     objects_present: int = 0
     bytes: int = 0
     failures: dict[str, str] = dataclasses.field(default_factory=dict)
+    untrusted: list[str] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -80,9 +94,16 @@ def push(
     remote: Remote,
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
+    *,
+    signing_key: str | os.PathLike[str] | SigningKey | None = None,
 ) -> SyncReport:
     """Upload refs `names` (default: all local refs but the host-local
-    ones) and what they reach."""
+    ones) and what they reach, each ref signed with `signing_key` (default
+    `$PRECOMPILE_SIGNING_KEY`); without a key, raises `UntrustedError`
+    before anything is sent."""
+    key = resolve_signing_key(signing_key)
+    if key is None:
+        raise UntrustedError(f"no signing key: pass signing_key= or set ${SIGNING_KEY_ENV} to publish to a remote")
     names = list(shared_refs(store.refs()) if names is None else names)
     refs: dict[str, str] = {}
     for name in names:
@@ -110,7 +131,7 @@ def push(
     remote.counters["blobs_written"] += report.objects
     remote.counters["bytes_written"] += report.bytes
     # Refs last: everything they reach is on the remote by now.
-    remote.set_refs(refs)
+    remote.set_refs({n: RefValue.signed(key, n, d) for n, d in refs.items()})
     report.refs = len(refs)
     return report
 
@@ -167,24 +188,39 @@ def pull(
     remote: Remote,
     names: Sequence[str] | None = None,
     progress: Progress | None = None,
+    *,
+    trusted_keys: KeySpecs | None = None,
+    allow_unsigned: bool | None = None,
+    policy: TrustPolicy | None = None,
 ) -> SyncReport:
     """Download refs `names` (default: all remote refs) and what they reach.
 
     A ref that cannot be pulled (missing, damaged) is recorded in the
     report's `failures` and the rest go on; a fault of the server itself
-    (`RemoteError`) stops the pull.
+    (`RemoteError`) stops the pull. Only refs signed by one of
+    `trusted_keys` (default `$PRECOMPILE_TRUSTED_KEYS`) are pulled; the
+    others are skipped, listed in the report's `untrusted` and counted. With
+    no trusted key and no `allow_unsigned` opt-in, raises `UntrustedError`
+    before reading anything.
     """
+    policy = TrustPolicy.resolve(trusted_keys, allow_unsigned) if policy is None else policy
+    if policy.closed:
+        raise UntrustedError(f"pull from {remote.url}: no trusted keys are configured; {policy.how_to_open()}")
     names = list(remote.refs() if names is None else names)
-    digests = remote.ref_digests(names)
+    values = remote.ref_values(names)
     report = SyncReport()
     for i, name in enumerate(names):
-        digest = digests[name]
+        value = values[name]
         try:
-            if digest is None:
+            if value is None:
                 raise MissingObjectError(f"the remote has no ref {name!r} naming a digest")
-            pull_closure(store, remote, digest, report)
-            store.set_ref(name, digest)
-            report.refs += 1
+            if policy.refusal(name, value) is not None:
+                remote.counters["untrusted"] += 1
+                report.untrusted.append(name)
+            else:
+                pull_closure(store, remote, value.digest, report)
+                store.set_ref(name, value.digest)
+                report.refs += 1
         except RemoteError:
             raise
         except StoreError as e:
