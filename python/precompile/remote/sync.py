@@ -14,6 +14,7 @@ locally only refs whose signature a trusted key verifies (see `trust`).
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
