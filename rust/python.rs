@@ -438,7 +438,7 @@ mod _core {
     #[pymodule_export]
     use super::blob::blake3_hex;
     #[pymodule_export]
-    use super::bundle::{keygen, open_bundle, PyBundle};
+    use super::bundle::{keygen, open_bundle, public_key, PyBundle};
     #[pymodule_export]
     use super::reports::{
         BundleStats, BundleVerifyReport, EvictReport, ExportReport, GcReport, ImportReport,
