@@ -21,10 +21,18 @@ from rich.table import Table
 
 __all__ = ["clean", "emit_json", "err", "esc", "out", "print_table", "redact_url"]
 
-out = Console(highlight=False, emoji=False)
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        # rich exits with status 1 here; the command line treats a reader
+        # that went away as a normal end (see main), so pass it on.
+        raise BrokenPipeError
+
+
+out = _Console(highlight=False, emoji=False)
 out.soft_wrap = not out.is_terminal
 # Errors are one line each, however narrow the terminal.
-err = Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
+err = _Console(stderr=True, highlight=False, emoji=False, soft_wrap=True)
 
 # C0 controls, DEL and C1 controls: what a terminal acts on instead of showing.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
@@ -41,9 +49,12 @@ def esc(text: object) -> str:
     return escape(clean(text))
 
 
-def redact_url(url: str) -> str:
-    """`url` with the password (or a lone user token) replaced by `***`."""
-    return re.sub(r"^([a-z+]+://)([^/@]*)@", lambda m: m.group(1) + _redact_userinfo(m.group(2)) + "@", url)
+_USERINFO = re.compile(r"([a-z][a-z0-9+.-]*://)([^/@\s]*)@", re.IGNORECASE)
+
+
+def redact_url(text: str) -> str:
+    """`text` with the password (or a lone token) of every URL in it replaced by `***`."""
+    return _USERINFO.sub(lambda m: m.group(1) + _redact_userinfo(m.group(2)) + "@", text)
 
 
 def _redact_userinfo(userinfo: str) -> str:

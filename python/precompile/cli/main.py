@@ -232,13 +232,15 @@ def _run(argv: Sequence[str] | None) -> int:
     return int(args.func(args, src))
 
 
+# errno values whose system wording reads badly after a path.
+_ERRNO_WORDS = {errno.EEXIST: "already exists", errno.ENOENT: "does not exist"}
+
+
 def describe_os_error(e: OSError) -> str:
     """An OSError in words: what failed on which path, without `[Errno N]`."""
-    reason = os.strerror(e.errno).lower() if e.errno is not None else str(e)
-    if e.errno == errno.EEXIST:
-        reason = "already exists"
-    elif e.errno == errno.ENOENT:
-        reason = "does not exist"
+    standard = e.errno is not None and e.strerror == os.strerror(e.errno)
+    reason = (_ERRNO_WORDS.get(e.errno or 0) if standard else None) or e.strerror or str(e)
+    reason = reason[:1].lower() + reason[1:]
     if e.filename is None:
         return reason
     where = os.fsdecode(e.filename)
@@ -248,6 +250,8 @@ def describe_os_error(e: OSError) -> str:
 
 
 def _error(message: str) -> None:
+    if "open it as a shared store" in message:
+        message += " (precompile --shared)"
     err.print(f"precompile: error: {esc(redact_url(message))}")
 
 
@@ -279,11 +283,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("precompile: interrupted")
         return 130
+    except OSError as e:
+        # Before StoreError: the store's I/O errors are both.
+        _error(describe_os_error(e))
+        return 1
     except StoreError as e:
         _error(str(e))
-        return 1
-    except OSError as e:
-        _error(describe_os_error(e))
         return 1
     except ValueError as e:
         _error(str(e))

@@ -58,6 +58,8 @@ def _role(path: str) -> str:
         return f"backend {parts[1] if len(parts) > 1 else ''} binding ({path})"
     if path.endswith(".record"):
         return f"{word or head} record ({path})"
+    if ".parts[" in path:
+        return f"{word or head} buffer ({path})"
     return f"{word} ({path})" if word else path
 
 
