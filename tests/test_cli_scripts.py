@@ -282,3 +282,23 @@ def test_show_and_rm_name_entries_by_function_or_digest_prefix(
 
     assert cli_json("--store", root, "rm", "MLP.forward")["removed"] == [ref]
     assert Store(root).refs("dynamo/") == ["dynamo/other"]
+
+
+@pytest.mark.torch
+def test_a_failed_demo_process_shows_its_last_lines(tmp_path: Path) -> None:
+    # A sitecustomize that breaks only the demo's child processes.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import os, sys\n"
+        "if 'precompile.demo' in sys.orig_argv:\n"
+        "    sys.stderr.write('noise\\nthe child broke: \\x1b[2Jboom\\n')\n"
+        "    sys.stderr.flush()\n"
+        "    os._exit(3)\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    proc = run_precompile("--store", tmp_path / "store", "demo", env=env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "the child broke: \\x1b[2Jboom" in lines[-2] and "\x1b" not in proc.stderr
+    assert lines[-1].startswith("precompile: error: ") and "compile process failed with exit status 3" in lines[-1]

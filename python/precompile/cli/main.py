@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib.util
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -45,16 +47,27 @@ from .views import Source, UsageError, parse_duration, parse_size
 __all__ = ["main"]
 
 SHARED_ENV = "PRECOMPILE_SHARED"
+# How much of a failed demo process's stderr to show.
+DEMO_TAIL_LINES = 10
 
 
 def cmd_demo(args: argparse.Namespace, src: Source) -> int:
     try:
-        import torch  # noqa: F401
+        found = importlib.util.find_spec("torch") is not None
     except ImportError:
-        raise StoreError("demo needs torch, which is not installed here (pip install torch)") from None
+        found = False
+    if not found:
+        raise StoreError("demo needs torch, which is not installed here (pip install torch)")
     from ..demo import run
 
-    return run(str(src.path), out.print)
+    try:
+        return run(str(src.path), out.print)
+    except subprocess.CalledProcessError as e:
+        # The child's last words say why; they come first, the error line last.
+        for line in (e.stderr or "").strip().splitlines()[-DEMO_TAIL_LINES:]:
+            err.print(f"  {esc(line)}", soft_wrap=True)
+        what = "compile" if "compile" in e.cmd else "load"
+        raise StoreError(f"the demo's {what} process failed with exit status {e.returncode}") from None
 
 
 def cmd_explain(args: argparse.Namespace, src: Source) -> int:
