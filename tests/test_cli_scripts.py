@@ -140,6 +140,9 @@ def test_a_team_store_opens_with_shared(tmp_path: Path) -> None:
 
 
 def test_errors_are_one_line_with_stable_exit_codes(filled: Path, tmp_path: Path) -> None:
+    # argparse's own refusals are one line too.
+    for args in (("frobnicate",), (), ("ls", "--bogus"), ("gc", "--max-size", "10X")):
+        one_line_error(run_precompile("--store", filled, *args), 2)
     # Not a store: a path that does not exist and a directory that holds none, alike.
     for path in ("/nonexistent", "/etc", tmp_path):
         assert "no store or bundle" in one_line_error(run_precompile("--store", path, "ls"), 2)

@@ -32,7 +32,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import paths
 from .._core import StoreError, __version__
@@ -132,10 +132,17 @@ def _remote_option(p: argparse.ArgumentParser, text: str) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad invocation reported like every other error: one
+    line on stderr (`--help` shows the usage), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _error(f"{message} (see {self.prog} --help)")
+        sys.exit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="precompile", description="Inspect, check, trim and move precompile stores and bundles."
-    )
+    parser = _Parser(prog="precompile", description="Inspect, check, trim and move precompile stores and bundles.")
     _global_options(parser, after_command=False)
     parser.add_argument("--version", action="version", version=f"precompile {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
