@@ -153,14 +153,6 @@ class Source:
             raise UsageError(f"{command} needs a store directory; {self.path} is a bundle file")
         return self.store
 
-    def resolve(self, name: str) -> str:
-        """A ref name or a digest, as a digest."""
-        src: Any = self.store if self.store is not None else self.bundle
-        digest = src.get_ref(name) if not re.fullmatch(r"[0-9a-f]{64}", name) else name
-        if digest is None or not src.contains(digest):
-            raise UsageError(f"no ref or object named {name!r}")
-        return str(digest)
-
     def node(self, digest: str) -> tuple[int, bool]:
         """(size, is_manifest) without hashing the blob."""
         if self.store is not None:
