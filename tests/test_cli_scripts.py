@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import child_env, run_precompile
+from support.processes import PROGRAMS, child_env, run_precompile, run_python
 from support.synthetic import make_entries
 
 from precompile import Store
@@ -305,3 +305,14 @@ def test_a_failed_demo_process_shows_its_last_lines(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert "the child broke: \\x1b[2Jboom" in lines[-2] and "\x1b" not in proc.stderr
     assert lines[-1].startswith("precompile: error: ") and "compile process failed with exit status 3" in lines[-1]
+
+
+@pytest.mark.torch
+def test_ls_names_the_script_of_a_function_in_main(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    env = child_env({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    run_python(PROGRAMS / "saved_at_exit.py", store, env=env)
+    (line,) = run_precompile("--store", store, "ls").stdout.splitlines()
+    assert line.split("\t")[1:3] == ["Net.forward", "saved_at_exit.py:18"], line
+    (entry,) = cli_json("--store", store, "ls")
+    assert entry["entry"]["file"] == str(PROGRAMS / "saved_at_exit.py")
