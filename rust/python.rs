@@ -464,7 +464,7 @@ mod _core {
     #[pymodule_export]
     use super::blob::blake3_hex;
     #[pymodule_export]
-    use super::bundle::{keygen, open_bundle, PyBundle};
+    use super::bundle::{keygen, open_bundle, public_key, PyBundle};
     #[pymodule_export]
     use super::refsig::{PySigningKey, PyTrustedKeys};
     #[pymodule_export]

@@ -43,6 +43,7 @@ __all__ = [
     "blake3_hex",
     "keygen",
     "open_bundle",
+    "public_key",
 ]
 
 __version__: str
@@ -515,3 +516,6 @@ class TrustedKeys:
 def keygen(path: str | Path) -> str:
     """Writes a new secret key to `path` (mode 0600, never over an existing file) and
     returns its public key, `ed25519:<64 hex>`."""
+
+def public_key(path: str | Path) -> str:
+    """The public key, `ed25519:<64 hex>`, of the secret key file at `path`."""

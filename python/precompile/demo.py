@@ -51,11 +51,14 @@ def _child(mode: str, store: str, out: str) -> None:
 def _side(mode: str, store: str, work: str) -> dict[str, Any]:
     out = os.path.join(work, mode + ".json")
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": os.path.join(work, mode + "-inductor")}
+    # Its stderr is kept for a failure's message (torch logs there freely).
     subprocess.run(
         [sys.executable, "-m", "precompile.demo", mode, store, out],
         env=env,
         check=True,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        errors="replace",
     )
     with open(out) as f:
         result: dict[str, Any] = json.load(f)

@@ -304,6 +304,13 @@ pub fn keygen(path: PathBuf) -> PyResult<String> {
     Ok(SecretKey::generate(&path)?.public().to_string())
 }
 
+/// The public key, `ed25519:<64 hex>`, of the secret key file at `path`
+/// (the secret itself never leaves the file).
+#[pyfunction]
+pub fn public_key(path: PathBuf) -> PyResult<String> {
+    Ok(SecretKey::load(&path)?.public().to_string())
+}
+
 /// `Store.export_bundle`: all refs when `refs` is None.
 pub(super) fn export<'py>(
     py: Python<'py>,

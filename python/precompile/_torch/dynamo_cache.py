@@ -65,6 +65,14 @@ def entry_source_location(entry: _DynamoCacheEntry) -> tuple[str | None, str | N
         source_file = getattr(module, "__file__", None)
         if source_file:
             break
+    if not source_file:
+        # The module is gone or has no file (a `__main__` that was replaced or
+        # torn down): the compiled code still names the file it came from.
+        for code in entry.codes:
+            filename = getattr(getattr(code, "python_code", None), "co_filename", None)
+            if isinstance(filename, str) and filename and not filename.startswith("<"):
+                source_file = filename
+                break
     try:
         line = int(line) if line is not None else None
     except (TypeError, ValueError):

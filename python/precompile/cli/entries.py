@@ -6,36 +6,14 @@ import argparse
 import os
 from typing import Any
 
-from rich.markup import escape
-from rich.table import Table
-
 from .. import paths
-from .._core import FormatError, StoreError
-from ..schema import EntryMeta, parse_meta
-from .console import emit_json, out
+from .._core import FormatError
+from .console import emit_json, esc, out, print_table
+from .roles import child_roles
+from .selection import entry_info, resolve
 from .views import Source, human_age, human_size
 
 __all__ = ["cmd_du", "cmd_ls", "cmd_show", "cmd_stats"]
-
-
-def _entry_info(src: Source, digest: str) -> dict[str, Any] | None:
-    """What a person looks for in an entry: function, source, device, versions."""
-    try:
-        _, meta = src.manifest(digest)
-        entry = parse_meta(meta)
-    except StoreError:
-        return None
-    if not isinstance(entry, EntryMeta):
-        return None
-    return {
-        "function": entry.source.qualname,
-        "file": entry.source.file,
-        "line": entry.source.line,
-        "device": entry.device_type,
-        "torch": entry.torch,
-        "triton": entry.triton,
-        "backends": len(entry.backends),
-    }
 
 
 def _where(info: dict[str, Any] | None) -> str:
@@ -52,36 +30,31 @@ def cmd_ls(args: argparse.Namespace, src: Source) -> int:
         and (paths.is_host_local(args.prefix) or not paths.is_host_local(r["name"]))
     ]
     for r in refs:
-        r["entry"] = _entry_info(src, r["digest"])
+        r["entry"] = entry_info(src, r["digest"])
     if args.json:
         emit_json(refs)
         return 0
-    table = Table(
-        "ref",
-        "function",
-        "source",
-        "device",
-        "torch",
-        "objects",
-        "size",
-        "unique",
-        "last used",
-        box=None,
-    )
+    columns = ("ref", "function", "source", "device", "torch", "objects", "size", "unique", "last used")
+    rows = []
     for r in refs:
         info = r["entry"] or {}
-        table.add_row(
-            escape(r["name"]),
-            escape(info.get("function") or ""),
-            escape(_where(r["entry"])),
-            info.get("device") or "",
-            info.get("torch") or "",
-            str(r["objects"]),
-            human_size(r["bytes"]),
-            human_size(r["unique_bytes"]),
-            human_age(r["mtime"]),
+        rows.append(
+            (
+                r["name"],
+                info.get("function") or "",
+                _where(r["entry"]),
+                info.get("device") or "",
+                info.get("torch") or "",
+                r["objects"],
+                human_size(r["bytes"]),
+                human_size(r["unique_bytes"]),
+                human_age(r["mtime"]),
+            )
         )
-    out.print(table if refs else "no refs")
+    if rows or not out.is_terminal:
+        print_table(columns, rows)
+    else:
+        out.print("no refs")
     return 0
 
 
@@ -100,14 +73,14 @@ def _walk(src: Source, root: str) -> tuple[dict[str, dict[str, Any]], list[tuple
     """
     nodes: dict[str, dict[str, Any]] = {}
     lines: list[tuple[int, str, bool]] = []
-    stack = [(root, 0)]
+    stack: list[tuple[str, int, str | None]] = [(root, 0, None)]
     while stack:
-        digest, depth = stack.pop()
+        digest, depth, role = stack.pop()
         if digest in nodes:
             lines.append((depth, digest, True))
             continue
         size, is_manifest = src.node(digest)
-        node: dict[str, Any] = {"digest": digest, "bytes": size}
+        node: dict[str, Any] = {"digest": digest, "bytes": size, "role": role}
         nodes[digest] = node
         lines.append((depth, digest, False))
         if is_manifest:
@@ -117,23 +90,25 @@ def _walk(src: Source, root: str) -> tuple[dict[str, dict[str, Any]], list[tuple
                 continue  # starts like a manifest but is not one: a plain blob
             node["meta"] = meta
             node["children"] = children
-            stack.extend((child, depth + 1) for child in reversed(children))
+            roles = child_roles(meta)
+            stack.extend((child, depth + 1, roles.get(child)) for child in reversed(children))
     return nodes, lines
 
 
 def _label(node: dict[str, Any], repeat: bool) -> str:
     head = f"{node['digest'][:12]}  {human_size(node['bytes'])}"
+    role = f"  [green]{esc(node['role'])}[/]" if node["role"] else ""
     if repeat:
         return f"[dim]{'manifest' if 'children' in node else 'blob'}  {head}  (shown above)[/]"
     if "children" not in node:
-        return f"[dim]blob[/]  {head}"
+        return f"[dim]blob[/]  {head}{role}"
     scalars = [f"{k}={v}" for k, v in node["meta"].items() if isinstance(v, (str, int, float, bool))]
     meta = "  ".join(s if len(s) <= 48 else s[:45] + "..." for s in scalars[:4])
-    return f"[bold]manifest[/]  {head}  [cyan]{escape(meta)}[/]"
+    return f"[bold]manifest[/]  {head}{role}  [cyan]{esc(meta)}[/]"
 
 
 def cmd_show(args: argparse.Namespace, src: Source) -> int:
-    digest = src.resolve(args.ref)
+    digest = resolve(src, args.ref)
     nodes, lines = _walk(src, digest)
     total = sum(node["bytes"] for node in nodes.values())
     if args.json:
@@ -142,20 +117,20 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
         doc = {
             "ref": args.ref,
             "root": digest,
-            "entry": _entry_info(src, digest),
+            "entry": entry_info(src, digest),
             "objects": len(nodes),
             "total_bytes": total,
             "nodes": list(nodes.values()),
         }
         emit_json(doc)
         return 0
-    text = [f"[bold]{escape(args.ref)}[/]  {len(nodes)} objects, {human_size(total)}"]
-    info = _entry_info(src, digest)
+    text = [f"[bold]{esc(args.ref)}[/]  {len(nodes)} objects, {human_size(total)}"]
+    info = entry_info(src, digest)
     if info is not None:
         versions = f"torch {info['torch']}" + (f", triton {info['triton']}" if info["triton"] else "")
         text.append(
-            f"  {escape(info['function'] or '?')}  {escape(info['file'] or '?')}:{info['line']}  "
-            f"{info['device']}, {versions}, {info['backends']} backends"
+            f"  {esc(info['function'] or '?')}  {esc(info['file'] or '?')}:{info['line']}  "
+            f"{esc(info['device'])}, {esc(versions)}, {info['backends']} backends"
         )
     for depth, d, repeat in lines:
         indent = "  " * min(depth + 1, _MAX_INDENT)
@@ -185,21 +160,20 @@ def cmd_stats(args: argparse.Namespace, src: Source) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    table = Table(title=escape(src.path), show_header=False, box=None)
-    table.add_row("entries", str(doc["entries"]))
-    table.add_row("blobs", str(doc["blobs"]))
-    table.add_row("bytes (entries in full)", human_size(doc["bytes"]))
-    table.add_row("unique bytes", human_size(reachable))
-    table.add_row("dedup ratio", f"{doc['dedup_ratio']:.2f}x")
-    table.add_row("stored bytes", human_size(doc["stored_bytes"]))
-    table.add_row("unreferenced bytes", human_size(doc["unreferenced_bytes"]))
-    table.add_row("hits / misses since open", f"{hits} / {misses}")
-    out.print(table)
-    if largest:
-        top = Table("largest entries", "size", "unique", box=None)
-        for r in largest:
-            top.add_row(escape(r["name"]), human_size(r["bytes"]), human_size(r["unique_bytes"]))
-        out.print(top)
+    rows = [
+        ("entries", doc["entries"]),
+        ("blobs", doc["blobs"]),
+        ("bytes (entries in full)", human_size(doc["bytes"])),
+        ("unique bytes", human_size(reachable)),
+        ("dedup ratio", f"{doc['dedup_ratio']:.2f}x"),
+        ("stored bytes", human_size(doc["stored_bytes"])),
+        ("unreferenced bytes", human_size(doc["unreferenced_bytes"])),
+        ("hits / misses since open", f"{hits} / {misses}"),
+    ]
+    print_table(("", ""), rows, title=str(src.path), header=False)
+    if largest and out.is_terminal:
+        top = [(r["name"], human_size(r["bytes"]), human_size(r["unique_bytes"])) for r in largest]
+        print_table(("largest entries", "size", "unique"), top)
     return 0
 
 
@@ -215,12 +189,12 @@ def cmd_du(args: argparse.Namespace, src: Source) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    table = Table("unique", "size", "share", "ref", box=None)
     total = u["bytes"] or 1
-    for r in refs:
-        share = f"{100 * r['unique_bytes'] / total:.1f}%"
-        table.add_row(human_size(r["unique_bytes"]), human_size(r["bytes"]), share, escape(r["name"]))
-    table.add_row(human_size(doc["unreferenced_bytes"]), "", "", "[dim](unreferenced)[/]")
-    table.add_row(human_size(u["bytes"]), "", "", "[bold]total[/]")
-    out.print(table)
+    rows: list[tuple[object, ...]] = [
+        (human_size(r["unique_bytes"]), human_size(r["bytes"]), f"{100 * r['unique_bytes'] / total:.1f}%", r["name"])
+        for r in refs
+    ]
+    rows.append((human_size(doc["unreferenced_bytes"]), "", "", "(unreferenced)"))
+    rows.append((human_size(u["bytes"]), "", "", "(total)"))
+    print_table(("unique", "size", "share", "ref"), rows)
     return 0

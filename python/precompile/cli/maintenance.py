@@ -6,14 +6,12 @@ import argparse
 import contextlib
 from typing import Any
 
-from rich.markup import escape
-
 from .. import paths
-from .._core import keygen
-from .console import emit_json, err, out
+from .._core import StoreError, keygen, public_key
+from .console import emit_json, err, esc, out
 from .views import ByteProgress, Source, UsageError, human_size
 
-__all__ = ["cmd_export", "cmd_gc", "cmd_import", "cmd_keygen", "cmd_verify"]
+__all__ = ["cmd_export", "cmd_gc", "cmd_import", "cmd_keygen", "cmd_pubkey", "cmd_verify"]
 
 
 def cmd_verify(args: argparse.Namespace, src: Source) -> int:
@@ -46,7 +44,7 @@ def cmd_verify(args: argparse.Namespace, src: Source) -> int:
 
         def held(d: str) -> str:
             names = holders.get(d, [])
-            return f" (reached by {escape(', '.join(names))})" if names else " (no ref reaches it)"
+            return f" (reached by {esc(', '.join(names))})" if names else " (no ref reaches it)"
 
         for d in doc["corrupt"]:
             out.print(f"[red]corrupt[/] {d}{held(d) if src.store is not None else ''}", soft_wrap=True)
@@ -69,8 +67,8 @@ def _repair(args: argparse.Namespace, src: Source) -> int:
         for d in report.refetched:
             out.print(f"[green]fetched again[/] {d}")
         for name, digests in report.dropped.items():
-            out.print(f"[red]dropped ref[/] {escape(name)}: {', '.join(digests)}", soft_wrap=True)
-        out.print(escape(report.summary()), soft_wrap=True)
+            out.print(f"[red]dropped ref[/] {esc(name)}: {', '.join(digests)}", soft_wrap=True)
+        out.print(esc(report.summary()), soft_wrap=True)
     return 0 if report.ok else 1
 
 
@@ -91,7 +89,7 @@ def cmd_gc(args: argparse.Namespace, src: Source) -> int:
         evicted = doc["refs_evicted"]
         out.print(f"{'would evict' if args.dry_run else 'evicted'} {len(evicted)} least recently used refs")
         for name in evicted:
-            out.print(f"  {escape(name)}")
+            out.print(f"  {esc(name)}")
     out.print(f"{verb} {doc['objects_freed']} objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}")
     if args.max_size is not None:
         out.print(f"store: {human_size(doc['bytes_before'])} -> {human_size(doc['bytes_after'])}")
@@ -113,7 +111,7 @@ def cmd_export(args: argparse.Namespace, src: Source) -> int:
     else:
         signed = ", signed" if args.sign else ""
         out.print(
-            f"wrote {escape(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}"
+            f"wrote {esc(args.out)}: {doc['refs']} refs, {doc['blobs']} blobs, {human_size(doc['bytes'])}{signed}"
         )
     return 0
 
@@ -136,7 +134,20 @@ def cmd_import(args: argparse.Namespace, src: Source) -> int:
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    public = keygen(args.keyfile)
+    try:
+        public = keygen(args.keyfile)
+    except FileExistsError:
+        raise StoreError(f"{args.keyfile} already exists: keygen never overwrites a key file") from None
+    if args.json:
+        emit_json({"keyfile": args.keyfile, "public_key": public})
+    else:
+        print(public)
+    return 0
+
+
+def cmd_pubkey(args: argparse.Namespace) -> int:
+    """The public key of a secret key file: what `--trusted-key` takes."""
+    public = public_key(args.keyfile)
     if args.json:
         emit_json({"keyfile": args.keyfile, "public_key": public})
     else:

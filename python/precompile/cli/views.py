@@ -23,6 +23,7 @@ from rich.progress import (
 
 from .._core import Bundle, Store, open_bundle
 from ..remote.manifest import MANIFEST_MAGIC
+from .console import clean
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -32,12 +33,21 @@ class UsageError(Exception):
     """A bad invocation: the command line exits with status 2."""
 
 
+# Sizes and durations past these are typing mistakes, and past 2**63 bytes
+# or about 10**11 years they would not fit the store's integer types.
+MAX_SIZE = 1 << 62
+MAX_DURATION = 1000 * 365 * 86400.0
+
+
 def parse_size(text: str) -> int:
     """`10G`, `500M`, `1.5GiB`, `4096`: K, M, G, T and P are powers of 1024."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([KMGTP]?)(?:i?B)?\s*", text, re.IGNORECASE)
     if not m:
         raise argparse.ArgumentTypeError(f"invalid size {text!r} (try 10G, 500M or a byte count)")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    size = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if size > MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"size {text!r} is too large (at most 4096P)")
+    return int(size)
 
 
 def parse_duration(text: str) -> float:
@@ -45,7 +55,10 @@ def parse_duration(text: str) -> float:
     m = re.fullmatch(r"\s*(\d+(?:\.\d*)?)\s*([smhd]?)\s*", text)
     if not m:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r} (try 30s, 10m, 1h or seconds)")
-    return float(m.group(1)) * _SECONDS[m.group(2)]
+    seconds = float(m.group(1)) * _SECONDS[m.group(2)]
+    if seconds > MAX_DURATION:
+        raise argparse.ArgumentTypeError(f"duration {text!r} is too long (at most 1000 years)")
+    return seconds
 
 
 def human_size(n: float) -> str:
@@ -116,30 +129,29 @@ class ByteProgress:
 class Source:
     """A store directory or a bundle file, read through the same questions."""
 
-    def __init__(self, path: str, *, create: bool = False) -> None:
+    def __init__(self, path: str, *, create: bool = False, shared: bool = False) -> None:
         self.path = path
         self.store: Store | None = None
         self.bundle: Bundle | None = None
         if os.path.isfile(path):
             # Inspection reads every blob at most once; verify explicitly.
             self.bundle = open_bundle(path, verify=False)
-        elif create or os.path.isdir(path):
-            self.store = Store(path, create=create)
-        else:
-            raise UsageError(f"no store or bundle at {path}")
+            return
+        if not create and not os.path.isdir(path):
+            raise UsageError(f"no store or bundle at {clean(path)}")
+        try:
+            self.store = Store(path, create=create, shared=shared)
+        except FileNotFoundError:
+            # One rule for a path that does not exist and a directory that is
+            # not a store: both are a wrong --store, a bad invocation.
+            if create:
+                raise
+            raise UsageError(f"no store or bundle at {clean(path)}") from None
 
     def need_store(self, command: str) -> Store:
         if self.store is None:
             raise UsageError(f"{command} needs a store directory; {self.path} is a bundle file")
         return self.store
-
-    def resolve(self, name: str) -> str:
-        """A ref name or a digest, as a digest."""
-        src: Any = self.store if self.store is not None else self.bundle
-        digest = src.get_ref(name) if not re.fullmatch(r"[0-9a-f]{64}", name) else name
-        if digest is None or not src.contains(digest):
-            raise UsageError(f"no ref or object named {name!r}")
-        return str(digest)
 
     def node(self, digest: str) -> tuple[int, bool]:
         """(size, is_manifest) without hashing the blob."""
