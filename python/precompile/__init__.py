@@ -5,7 +5,7 @@ integration (`install`, `save`, ...) is imported on first use, so tools
 that only read a store start fast.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import (
     Blob,
@@ -39,6 +39,13 @@ from ._core import (
 )
 from .remote import RemoteError
 from .warning import PrecompileWarning
+
+if TYPE_CHECKING:
+    # Type checkers see the real signatures; at run time `__getattr__` below
+    # imports these (and torch) only when first used.
+    from .context import SaveReport
+    from .dynamo import StoreDynamoCache, install, installed, save, uninstall
+    from .paths import default_store_path
 
 # Names whose modules import torch, loaded on first access.
 _TORCH_NAMES = {

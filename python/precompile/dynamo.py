@@ -285,9 +285,26 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def installed(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Iterator[StoreDynamoCache]:
-    """`install()` for the duration of a `with` block."""
-    cache = install(path, **kwargs)
+def installed(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    layers: Sequence[Any] = (),
+    remote: Any = None,
+    enable: bool = True,
+    save_on_exit: bool = True,
+    trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    shared_store: bool = False,
+) -> Iterator[StoreDynamoCache]:
+    """`install()` for the duration of a `with` block (the same arguments)."""
+    cache = install(
+        path,
+        layers=layers,
+        remote=remote,
+        enable=enable,
+        save_on_exit=save_on_exit,
+        trusted_keys=trusted_keys,
+        shared_store=shared_store,
+    )
     try:
         yield cache
     finally:
