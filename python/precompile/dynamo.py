@@ -37,6 +37,20 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+DISABLE_ENV = "PRECOMPILE_DISABLE"
+
+
+def disabled() -> bool:
+    """Whether the store is switched off for now: `PRECOMPILE_DISABLE=1`, or
+    torch's own caches are (`TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`, i.e.
+    `torch.compiler.config.force_disable_caches`).
+
+    Read at each load and save, so either can change while installed.
+    Switched off, nothing is loaded (torch compiles, as with no store) and
+    nothing is saved; `install()` still succeeds.
+    """
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no") or tc.caches_disabled()
+
 
 def _record_for_mega_cache(key: str, entry: tc.PrecompileCacheEntry) -> None:
     """Hand an entry to torch's Mega-Cache (`save_cache_artifacts`).
@@ -69,6 +83,8 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def write(self, cache_entry: tc.PrecompileCacheEntry, path: str) -> None:
         """Store `cache_entry` under key `path` and record it for Mega-Cache."""
+        if disabled():
+            return
         try:
             put_entry(self.writable, cache_entry, path)
         except Exception as e:
@@ -84,6 +100,8 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
+        if disabled():
+            return
         try:
             entry = pickle.loads(pickled_content)
             put_entry(self.writable, entry, path)
@@ -116,6 +134,9 @@ class StoreDynamoCache(tc.DynamoStore):
         A corrupt, missing or incompatible entry is a miss with a warning and
         `counters["dynamo_cache"]["dynamo_cache_error"]`, so torch compiles.
         """
+        if disabled():
+            tc.counters["precompile"]["disabled_loads"] += 1
+            return None
         with tc.deferred_full_gc():
             return self._load(fn)
 
@@ -321,6 +342,8 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
         cache = _active.cache
+    if disabled():
+        return SaveReport(entries={}, backends=0, unique_backends=0, missing_backends=0)
     report = save_context(cache.writable, on_written)
     cache.push(list(report.entries))
     return report

@@ -30,6 +30,7 @@ from .classes import (
 )
 from .dynamo_cache import (
     bypassed_copy,
+    caches_disabled,
     caching_precompile,
     debug_info,
     default_dynamo_dir,
@@ -117,6 +118,7 @@ __all__ = [
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",
     "bypassed_copy",
+    "caches_disabled",
     "caching_precompile",
     "changed_sources",
     "CompiledFxGraph",
