@@ -286,7 +286,7 @@ def install(
             off=patches_off, save=_save_for_torch, on_install_failure=_install_failed, on_unnamed=explain.unstorable
         )
         explain.begin(getattr(cache.writable, "path", None))
-        if save_on_exit and not _atexit_registered:
+        if not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
     return cache
@@ -345,17 +345,20 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
     if disabled():
         return SaveReport(entries={}, backends=0, unique_backends=0, missing_backends=0)
     report = save_context(cache.writable, on_written)
+    explain.counts.add("saves", len(report.entries))
+    explain.counts.flush()
     cache.push(list(report.entries))
     return report
 
 
 def _save_at_exit() -> None:
     active = _active
-    if active is None or not active.save_on_exit:
+    if active is None:
         return
-    if not tc.recorded_entries():
-        return
-    try:
-        save()
-    except Exception as e:  # at exit there is no caller to raise to
-        warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
+    if active.save_on_exit and tc.recorded_entries():
+        try:
+            save()
+        except Exception as e:  # at exit there is no caller to raise to
+            warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
+    # What this process counted goes into the store's stats (`precompile stats`).
+    explain.counts.flush()

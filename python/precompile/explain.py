@@ -37,6 +37,7 @@ from typing import Any
 
 from . import _torch as tc
 from .miss_log import MissLog
+from .run_stats import RunStats
 from .warning import PrecompileWarning
 
 __all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]
@@ -50,6 +51,8 @@ _QUIET = frozenset({"not_stored"})
 
 
 _run = MissLog()
+# Counts kept in the store across processes (`precompile stats`).
+counts = RunStats()
 _warned = threading.Lock()
 _warned_once: list[bool] = []
 # Compiled variants counted as loaded, by key, until an install undoes them.
@@ -62,6 +65,7 @@ def begin(store_path: Any) -> None:
     Each installation gets its one warning: a process installs once.
     """
     _run.begin(store_path, tc.TORCH_VERSION)
+    counts.begin(store_path)
     with _warned:
         _warned_once.clear()
         _loaded_variants.clear()
@@ -70,6 +74,7 @@ def begin(store_path: Any) -> None:
 
 def end() -> None:
     tc.stored_code_watch.stop()
+    counts.flush()
     _run.end()
 
 
@@ -108,6 +113,7 @@ def miss(
 ) -> None:
     """Record that the store did not serve `key` for `reason`."""
     tc.counters["precompile"][f"miss_{reason}"] += 1
+    counts.add(f"miss_{reason}")
     record: dict[str, Any] = {
         "event": "miss",
         "reason": reason,
@@ -144,6 +150,7 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
     variants = tc.loaded_variant_count(entry.dynamo)
     tc.counters["precompile"]["frames_loaded"] += variants
     tc.counters["precompile"]["entries_loaded"] += 1
+    counts.add("hits")
     with _warned:
         _loaded_variants[key] = variants
     _write({"event": "loaded", "key": key, **_frame(fn), "variants": variants})
@@ -170,6 +177,7 @@ def install_failed(key: str, detail: str, *, fn: Callable[..., Any] | None = Non
     if variants is not None:
         tc.counters["precompile"]["frames_loaded"] -= variants
         tc.counters["precompile"]["entries_loaded"] -= 1
+        counts.add("hits", -1)
     miss("install_failed", key, detail, fn=fn)
 
 

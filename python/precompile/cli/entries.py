@@ -1,4 +1,4 @@
-"""The commands that look at entries: ls, show, stats and du."""
+"""The commands that look at entries: ls, show and du (stats has its own module)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from .. import paths
 from .._core import FormatError, StoreError
 from ..schema import EntryMeta, parse_meta
 from .console import emit_json, out
+from .stats import usage_figures
 from .views import Source, human_age, human_size
 
-__all__ = ["cmd_du", "cmd_ls", "cmd_show", "cmd_stats"]
+__all__ = ["cmd_du", "cmd_ls", "cmd_show"]
 
 
 def _entry_info(src: Source, digest: str) -> dict[str, Any] | None:
@@ -165,62 +166,36 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
-def cmd_stats(args: argparse.Namespace, src: Source) -> int:
-    u = src.usage()
-    hits, misses = src.counters()
-    reachable = u["reachable_bytes"]
-    largest = sorted(u["refs"], key=lambda r: r["bytes"], reverse=True)[:5]
-    doc = {
-        "entries": len(u["refs"]),
-        "blobs": u["objects"],
-        "bytes": u["logical_bytes"],
-        "unique_bytes": reachable,
-        "stored_bytes": u["bytes"],
-        "unreferenced_bytes": u["bytes"] - reachable,
-        "dedup_ratio": u["logical_bytes"] / reachable if reachable else 1.0,
-        "hits": hits,
-        "misses": misses,
-        "largest": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in largest],
-    }
-    if args.json:
-        emit_json(doc)
-        return 0
-    table = Table(title=escape(src.path), show_header=False, box=None)
-    table.add_row("entries", str(doc["entries"]))
-    table.add_row("blobs", str(doc["blobs"]))
-    table.add_row("bytes (entries in full)", human_size(doc["bytes"]))
-    table.add_row("unique bytes", human_size(reachable))
-    table.add_row("dedup ratio", f"{doc['dedup_ratio']:.2f}x")
-    table.add_row("stored bytes", human_size(doc["stored_bytes"]))
-    table.add_row("unreferenced bytes", human_size(doc["unreferenced_bytes"]))
-    table.add_row("hits / misses since open", f"{hits} / {misses}")
-    out.print(table)
-    if largest:
-        top = Table("largest entries", "size", "unique", box=None)
-        for r in largest:
-            top.add_row(escape(r["name"]), human_size(r["bytes"]), human_size(r["unique_bytes"]))
-        out.print(top)
-    return 0
-
-
 def cmd_du(args: argparse.Namespace, src: Source) -> int:
+    """Each ref's unique bytes (what deleting it frees), then the bytes several
+    refs share and the unreferenced ones: the shares add up to the store."""
     u = src.usage()
+    figures = usage_figures(u)
     refs = sorted(u["refs"], key=lambda r: (-r["unique_bytes"], -r["bytes"], r["name"]))
     doc = {
         "refs": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in refs],
-        "stored_bytes": u["bytes"],
-        "unique_bytes": u["reachable_bytes"],
-        "unreferenced_bytes": u["bytes"] - u["reachable_bytes"],
+        **figures,
+        "unreferenced_bytes": figures["reclaimable_bytes"],
     }
     if args.json:
         emit_json(doc)
         return 0
     table = Table("unique", "size", "share", "ref", box=None)
     total = u["bytes"] or 1
+
+    def share(n: int) -> str:
+        return f"{100 * n / total:.1f}%"
+
     for r in refs:
-        share = f"{100 * r['unique_bytes'] / total:.1f}%"
-        table.add_row(human_size(r["unique_bytes"]), human_size(r["bytes"]), share, escape(r["name"]))
-    table.add_row(human_size(doc["unreferenced_bytes"]), "", "", "[dim](unreferenced)[/]")
-    table.add_row(human_size(u["bytes"]), "", "", "[bold]total[/]")
+        table.add_row(
+            human_size(r["unique_bytes"]), human_size(r["bytes"]), share(r["unique_bytes"]), escape(r["name"])
+        )
+    table.add_row(
+        human_size(figures["shared_bytes"]), "", share(figures["shared_bytes"]), "[dim](shared by several refs)[/]"
+    )
+    table.add_row(
+        human_size(figures["reclaimable_bytes"]), "", share(figures["reclaimable_bytes"]), "[dim](unreferenced)[/]"
+    )
+    table.add_row(human_size(u["bytes"]), "", "100.0%" if u["bytes"] else "", "[bold]total[/]")
     out.print(table)
     return 0

@@ -29,9 +29,10 @@ from .. import paths
 from .._core import StoreError, __version__
 from .console import emit_json, err, out
 from .doctor import cmd_doctor
-from .entries import cmd_du, cmd_ls, cmd_show, cmd_stats
+from .entries import cmd_du, cmd_ls, cmd_show
 from .maintenance import cmd_export, cmd_gc, cmd_import, cmd_keygen, cmd_verify
 from .remote import add_commands, cmd_gc_remote, cmd_stats_remote
+from .stats import cmd_stats
 from .views import Source, UsageError, parse_duration, parse_size
 
 __all__ = ["main"]
@@ -83,9 +84,9 @@ def _parser() -> argparse.ArgumentParser:
     command("show", cmd_show, "print the manifest tree of a ref, with sizes").add_argument(
         "ref", help="a ref name or an object digest"
     )
-    command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries").add_argument(
-        "--remote", metavar="URL", help="report on this remote instead of the store"
-    )
+    stats = command("stats", cmd_stats, "where the store is, its sizes, and hits and misses across processes")
+    stats.add_argument("--remote", metavar="URL", help="report on this remote instead of the store")
+    stats.add_argument("--zero", action="store_true", help="reset the hit, miss and save counts")
     command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
     gc = command("gc", cmd_gc, "evict least recently used refs down to a size, then sweep")
     gc.add_argument("--dry-run", action="store_true", help="report what would go; change nothing")
