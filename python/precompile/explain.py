@@ -94,6 +94,17 @@ def _frame(fn: Callable[..., Any] | None) -> dict[str, Any]:
     return {"frame": name, "file": f"{code.co_filename}:{code.co_firstlineno}"}
 
 
+def _named(record: dict[str, Any], key: str) -> str:
+    """How a log line names what it is about: the function, where it is
+    defined, and the entry's key (`precompile show dynamo/<key>`)."""
+    parts = [record["frame"]] if record.get("frame") else []
+    if record.get("file"):
+        parts.append(f"at {record['file']}")
+    if key:
+        parts.append(f"(key {key[:16]})")
+    return " ".join(parts) or "?"
+
+
 def _write(record: dict[str, Any]) -> None:
     _run.write(record)
 
@@ -124,7 +135,7 @@ def miss(
     if guards:
         record["guards"] = [_short(g) for g in guards[:_MAX_GUARDS]]
     _write(record)
-    text = f"precompile miss ({reason}) for {record.get('frame', key[:16])}: {detail}"
+    text = f"precompile miss ({reason}) for {_named(record, key)}: {detail}"
     if reason in _QUIET:
         log.info(text)
         return
@@ -153,8 +164,9 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
     counts.add("hits")
     with _warned:
         _loaded_variants[key] = variants
-    _write({"event": "loaded", "key": key, **_frame(fn), "variants": variants})
-    log.info("precompile loaded %d compiled variant(s) for %s", variants, key[:16])
+    record = {"event": "loaded", "key": key, **_frame(fn), "variants": variants}
+    _write(record)
+    log.info("precompile loaded %d compiled variant(s) for %s", variants, _named(record, key))
     for code in entry.dynamo.codes:
         if code.bypassed:
             miss(
