@@ -38,7 +38,7 @@ from ._core import (
     open_bundle,
 )
 from .remote import RemoteError
-from .warning import PrecompileWarning
+from .warning import PrecompileWarning, UnsupportedTorchError
 
 if TYPE_CHECKING:
     # Type checkers see the real signatures; at run time `__getattr__` below
@@ -96,6 +96,7 @@ __all__ = [
     "StoreDynamoCache",
     "StoreError",
     "StoreIOError",
+    "UnsupportedTorchError",
     "UntrustedError",
     "Usage",
     "VerifyReport",

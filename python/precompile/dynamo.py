@@ -258,10 +258,13 @@ def install(
     receives every save; see `precompile.remote.layer`. With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
-    the previous installation.
+    the previous installation. A torch older than 2.11 raises
+    `UnsupportedTorchError`; one newer than the newest tested warns once.
     """
     global _active, _atexit_registered
     from .layers import open_layered
+
+    tc.check_torch_version()
     from .remote import LiveCounters, open_remote
 
     patches_off = tc.patches_off()

@@ -104,7 +104,7 @@ from .probes import (
 )
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
 from .templates import lazy_kernel_templates
-from .versions import TORCH_VERSION, TRITON_VERSION
+from .versions import NEWEST_TESTED, OLDEST_SUPPORTED, TORCH_VERSION, TRITON_VERSION, check_torch_version
 
 __all__ = [
     "_DynamoCacheEntry",
@@ -119,6 +119,7 @@ __all__ = [
     "BundledAOTAutogradResult",
     "bypassed_copy",
     "caches_disabled",
+    "check_torch_version",
     "caching_precompile",
     "changed_sources",
     "CompiledFxGraph",
@@ -187,6 +188,8 @@ __all__ = [
     "swap_dynamo_cache",
     "torch_marks_loaded_probes",
     "TORCH_MARKS_PROBES",
+    "NEWEST_TESTED",
+    "OLDEST_SUPPORTED",
     "TORCH_VERSION",
     "triton_bundle",
     "TRITON_BUNDLE_FIELD",
