@@ -38,10 +38,11 @@ from .views import Source, UsageError, parse_duration, parse_size
 __all__ = ["main"]
 
 
-def cmd_demo(args: argparse.Namespace, src: Source) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from ..demo import run
 
-    return run(str(src.path), out.print)
+    # Only an explicit --store: the demo leaves the default store alone.
+    return run(args.store, lambda text: out.print(escape(text), soft_wrap=True))
 
 
 def cmd_explain(args: argparse.Namespace, src: Source) -> int:
@@ -128,9 +129,9 @@ def _parser() -> argparse.ArgumentParser:
     command("doctor", cmd_doctor, "versions, and which torch patches install() starts on this host and why")
     sub.add_parser(
         "demo",
-        help="compile a model into the store, then warm-start it in a fresh process",
-        description="compile a model into the store, then warm-start it in a fresh process "
-        "with empty caches (needs torch)",
+        help="compile a model into a store, then warm-start it in a fresh process",
+        description="compile a model into a store (a temporary one unless --store), then warm-start it "
+        "in a fresh process with empty caches (needs torch)",
     ).set_defaults(func=cmd_demo)
     return parser
 
@@ -143,10 +144,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_keygen(args)
         if args.command == "doctor":
             return cmd_doctor(args)
+        if args.command == "demo":  # a temporary store unless --store
+            return cmd_demo(args)
         if getattr(args, "remote", None) and args.command in ("stats", "gc"):
             run = cmd_stats_remote if args.command == "stats" else cmd_gc_remote
             return int(run(args, out))
-        src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "demo", "pull"))
+        src = Source(args.store or paths.default_store_path(), create=args.command in ("import", "pull"))
         return int(args.func(args, src))
     except UsageError as e:
         err.print(f"precompile: error: {escape(str(e))}")
