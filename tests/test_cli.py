@@ -73,7 +73,7 @@ def test_every_read_command_prints_json(filled_store: tuple[Path, dict[str, str]
 
     stats = cli_json("--store", root, "stats")
     assert stats["entries"] == 3 and stats["dedup_ratio"] > 1  # the shared blob
-    assert stats["bytes"] > stats["unique_bytes"] == stats["stored_bytes"]
+    assert stats["bytes"] > stats["referenced_bytes"] == stats["stored_bytes"]
     assert len(stats["largest"]) == 3 and {"hits", "misses", "blobs"} <= stats.keys()
 
     verify = cli_json("--store", root, "verify")

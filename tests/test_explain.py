@@ -192,3 +192,17 @@ def test_a_fresh_process_that_loads_everything_records_no_miss(compiled_store, t
 def test_explain_without_records_is_a_usage_error(tmp_path: Path) -> None:
     precompile.Store(str(tmp_path / "empty"), create=True)
     assert cli.main(["--store", str(tmp_path / "empty"), "explain"]) == 2
+
+
+def test_log_lines_name_the_function_and_where_it_is(compiled_store, scenario, tmp_path: Path, caplog) -> None:
+    import logging
+
+    from precompile import explain
+
+    store = _copy(compiled_store[0], tmp_path)
+    (key,) = compiled_store[1]["report"]["entries"]
+    with precompile.installed(store, save_on_exit=False) as cache, caplog.at_level(logging.INFO, logger="precompile"):
+        explain.loaded(key, cache.read(key), fn=scenario.MLP.forward)
+    [line] = [r.getMessage() for r in caplog.records if "compiled variant(s)" in r.getMessage()]
+    # The function, its file and line, then the key that names the entry.
+    assert "for MLP.forward" in line and " at " in line and "scenario.py:" in line and f"(key {key[:16]})" in line

@@ -5,7 +5,7 @@ integration (`install`, `save`, ...) is imported on first use, so tools
 that only read a store start fast.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import (
     Blob,
@@ -40,7 +40,14 @@ from ._core import (
     open_bundle,
 )
 from .remote import RemoteError
-from .warning import PrecompileWarning
+from .warning import PrecompileWarning, UnsupportedTorchError
+
+if TYPE_CHECKING:
+    # Type checkers see the real signatures; at run time `__getattr__` below
+    # imports these (and torch) only when first used.
+    from .context import SaveReport
+    from .dynamo import StoreDynamoCache, install, installed, save, uninstall
+    from .paths import default_store_path
 
 # Names whose modules import torch, loaded on first access.
 _TORCH_NAMES = {
@@ -93,6 +100,7 @@ __all__ = [
     "StoreError",
     "StoreIOError",
     "TrustedKeys",
+    "UnsupportedTorchError",
     "UntrustedError",
     "Usage",
     "VerifyReport",

@@ -37,6 +37,20 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+DISABLE_ENV = "PRECOMPILE_DISABLE"
+
+
+def disabled() -> bool:
+    """Whether the store is switched off for now: `PRECOMPILE_DISABLE=1`, or
+    torch's own caches are (`TORCHINDUCTOR_FORCE_DISABLE_CACHES=1`, i.e.
+    `torch.compiler.config.force_disable_caches`).
+
+    Read at each load and save, so either can change while installed.
+    Switched off, nothing is loaded (torch compiles, as with no store) and
+    nothing is saved; `install()` still succeeds.
+    """
+    return os.environ.get(DISABLE_ENV, "").strip().lower() not in ("", "0", "false", "no") or tc.caches_disabled()
+
 
 def _record_for_mega_cache(key: str, entry: tc.PrecompileCacheEntry) -> None:
     """Hand an entry to torch's Mega-Cache (`save_cache_artifacts`).
@@ -69,6 +83,8 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def write(self, cache_entry: tc.PrecompileCacheEntry, path: str) -> None:
         """Store `cache_entry` under key `path` and record it for Mega-Cache."""
+        if disabled():
+            return
         try:
             put_entry(self.writable, cache_entry, path)
         except Exception as e:
@@ -84,6 +100,8 @@ class StoreDynamoCache(tc.DynamoStore):
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
+        if disabled():
+            return
         try:
             entry = pickle.loads(pickled_content)
             put_entry(self.writable, entry, path)
@@ -116,6 +134,9 @@ class StoreDynamoCache(tc.DynamoStore):
         A corrupt, missing or incompatible entry is a miss with a warning and
         `counters["dynamo_cache"]["dynamo_cache_error"]`, so torch compiles.
         """
+        if disabled():
+            tc.counters["precompile"]["disabled_loads"] += 1
+            return None
         with tc.deferred_full_gc():
             return self._load(fn)
 
@@ -249,10 +270,13 @@ def install(
     `allow_unsigned` (default `$PRECOMPILE_ALLOW_UNSIGNED=1`). With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
     compiled is saved when the interpreter exits. Installing again replaces
-    the previous installation.
+    the previous installation. A torch older than 2.11 raises
+    `UnsupportedTorchError`; one newer than the newest tested warns once.
     """
     global _active, _atexit_registered
     from .layers import open_layered
+
+    tc.check_torch_version()
     from .remote import LiveCounters, open_remote
 
     patches_off = tc.patches_off()
@@ -279,7 +303,7 @@ def install(
             off=patches_off, save=_save_for_torch, on_install_failure=_install_failed, on_unnamed=explain.unstorable
         )
         explain.begin(getattr(cache.writable, "path", None))
-        if save_on_exit and not _atexit_registered:
+        if not _atexit_registered:
             atexit.register(_save_at_exit)
             _atexit_registered = True
     return cache
@@ -299,9 +323,26 @@ def uninstall() -> None:
 
 
 @contextlib.contextmanager
-def installed(path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Iterator[StoreDynamoCache]:
-    """`install()` for the duration of a `with` block."""
-    cache = install(path, **kwargs)
+def installed(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    layers: Sequence[Any] = (),
+    remote: Any = None,
+    enable: bool = True,
+    save_on_exit: bool = True,
+    trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    shared_store: bool = False,
+) -> Iterator[StoreDynamoCache]:
+    """`install()` for the duration of a `with` block (the same arguments)."""
+    cache = install(
+        path,
+        layers=layers,
+        remote=remote,
+        enable=enable,
+        save_on_exit=save_on_exit,
+        trusted_keys=trusted_keys,
+        shared_store=shared_store,
+    )
     try:
         yield cache
     finally:
@@ -318,18 +359,23 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
         cache = _active.cache
+    if disabled():
+        return SaveReport(entries={}, backends=0, unique_backends=0, missing_backends=0)
     report = save_context(cache.writable, on_written)
+    explain.counts.add("saves", len(report.entries))
+    explain.counts.flush()
     cache.push(list(report.entries))
     return report
 
 
 def _save_at_exit() -> None:
     active = _active
-    if active is None or not active.save_on_exit:
+    if active is None:
         return
-    if not tc.recorded_entries():
-        return
-    try:
-        save()
-    except Exception as e:  # at exit there is no caller to raise to
-        warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
+    if active.save_on_exit and tc.recorded_entries():
+        try:
+            save()
+        except Exception as e:  # at exit there is no caller to raise to
+            warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
+    # What this process counted goes into the store's stats (`precompile stats`).
+    explain.counts.flush()

@@ -38,6 +38,7 @@ from typing import Any
 
 from . import _torch as tc
 from .miss_log import MissLog
+from .run_stats import RunStats
 from .warning import PrecompileWarning
 
 __all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]
@@ -51,6 +52,8 @@ _QUIET = frozenset({"not_stored"})
 
 
 _run = MissLog()
+# Counts kept in the store across processes (`precompile stats`).
+counts = RunStats()
 _warned = threading.Lock()
 _warned_once: list[bool] = []
 # Compiled variants counted as loaded, by key, until an install undoes them.
@@ -63,6 +66,7 @@ def begin(store_path: Any) -> None:
     Each installation gets its one warning: a process installs once.
     """
     _run.begin(store_path, tc.TORCH_VERSION)
+    counts.begin(store_path)
     with _warned:
         _warned_once.clear()
         _loaded_variants.clear()
@@ -71,6 +75,7 @@ def begin(store_path: Any) -> None:
 
 def end() -> None:
     tc.stored_code_watch.stop()
+    counts.flush()
     _run.end()
 
 
@@ -88,6 +93,17 @@ def _frame(fn: Callable[..., Any] | None) -> dict[str, Any]:
     if name != code.co_name:
         name = f"{name} ({code.co_name})"
     return {"frame": name, "file": f"{code.co_filename}:{code.co_firstlineno}"}
+
+
+def _named(record: dict[str, Any], key: str) -> str:
+    """How a log line names what it is about: the function, where it is
+    defined, and the entry's key (`precompile show dynamo/<key>`)."""
+    parts = [record["frame"]] if record.get("frame") else []
+    if record.get("file"):
+        parts.append(f"at {record['file']}")
+    if key:
+        parts.append(f"(key {key[:16]})")
+    return " ".join(parts) or "?"
 
 
 def _write(record: dict[str, Any]) -> None:
@@ -109,6 +125,7 @@ def miss(
 ) -> None:
     """Record that the store did not serve `key` for `reason`."""
     tc.counters["precompile"][f"miss_{reason}"] += 1
+    counts.add(f"miss_{reason}")
     record: dict[str, Any] = {
         "event": "miss",
         "reason": reason,
@@ -119,7 +136,7 @@ def miss(
     if guards:
         record["guards"] = [_short(g) for g in guards[:_MAX_GUARDS]]
     _write(record)
-    text = f"precompile miss ({reason}) for {record.get('frame', key[:16])}: {detail}"
+    text = f"precompile miss ({reason}) for {_named(record, key)}: {detail}"
     if reason in _QUIET:
         log.info(text)
         return
@@ -145,10 +162,12 @@ def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> Non
     variants = tc.loaded_variant_count(entry.dynamo)
     tc.counters["precompile"]["frames_loaded"] += variants
     tc.counters["precompile"]["entries_loaded"] += 1
+    counts.add("hits")
     with _warned:
         _loaded_variants[key] = variants
-    _write({"event": "loaded", "key": key, **_frame(fn), "variants": variants})
-    log.info("precompile loaded %d compiled variant(s) for %s", variants, key[:16])
+    record = {"event": "loaded", "key": key, **_frame(fn), "variants": variants}
+    _write(record)
+    log.info("precompile loaded %d compiled variant(s) for %s", variants, _named(record, key))
     for code in entry.dynamo.codes:
         if code.bypassed:
             miss(
@@ -171,6 +190,7 @@ def install_failed(key: str, detail: str, *, fn: Callable[..., Any] | None = Non
     if variants is not None:
         tc.counters["precompile"]["frames_loaded"] -= variants
         tc.counters["precompile"]["entries_loaded"] -= 1
+        counts.add("hits", -1)
     miss("install_failed", key, detail, fn=fn)
 
 

@@ -24,7 +24,8 @@ pub struct EvictReport {
     /// Bytes of all objects before.
     pub bytes_before: u64,
     /// Bytes of all objects after the sweep. Above the cap only when objects
-    /// protected by the grace period alone exceed it.
+    /// protected by the grace period alone exceed it: the cap cannot be met
+    /// then, and only refs whose deletion frees bytes were deleted.
     pub bytes_after: u64,
     /// The sweep that followed.
     pub gc: GcReport,
@@ -39,7 +40,8 @@ impl Store {
     /// reached them (a writer may be about to reference them), so with the
     /// default grace freshly written entries free their space only at a
     /// later GC; pass `Duration::ZERO` when nothing writes concurrently.
-    /// Ties in use time go to the ref whose name sorts first.
+    /// Ties in use time go to the ref whose name sorts first. A ref whose
+    /// deletion would free no byte is never deleted.
     pub fn evict(&self, max_size: u64, dry_run: bool, grace: Duration) -> Result<EvictReport> {
         let _lock = self.lock(LockMode::Exclusive)?;
         let cutoff = SystemTime::now()
@@ -74,12 +76,12 @@ impl Store {
             .sum();
 
         closures.sort_by(|a, b| (a.mtime, &a.name).cmp(&(b.mtime, &b.name)));
-        let mut evicted = 0;
-        for closure in &closures {
+        let mut gone = vec![false; closures.len()];
+        for (i, closure) in closures.iter().enumerate() {
             if kept <= max_size {
                 break;
             }
-            evicted += 1;
+            gone[i] = true;
             for digest in &closure.reached {
                 let count = holders.get_mut(digest).expect("counted above");
                 *count -= 1;
@@ -88,13 +90,40 @@ impl Store {
                 }
             }
         }
-        let (gone, remaining) = closures.split_at(evicted);
+        // A ref whose deletion frees nothing (all it reaches is young, or
+        // still reached by a ref that stays) is kept: deleting it would lose
+        // an entry and gain no byte, as when a store written within the
+        // grace period cannot shrink at all. Keeping one can make another's
+        // deletion free nothing, so repeat until none changes; `kept` stays
+        // the same throughout.
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for i in (0..closures.len()).rev() {
+                if !gone[i] {
+                    continue;
+                }
+                let frees = closures[i]
+                    .reached
+                    .iter()
+                    .any(|d| holders.get(d) == Some(&0) && !protected.reached.contains(d));
+                if !frees {
+                    gone[i] = false;
+                    changed = true;
+                    for digest in &closures[i].reached {
+                        *holders.get_mut(digest).expect("counted above") += 1;
+                    }
+                }
+            }
+        }
+        let (gone, remaining): (Vec<_>, Vec<_>) = closures.iter().zip(&gone).partition(|(_, &g)| g);
+        let gone: Vec<_> = gone.into_iter().map(|(c, _)| c).collect();
         if !dry_run {
-            for closure in gone {
+            for closure in &gone {
                 self.delete_ref(&closure.name)?;
             }
         }
-        let roots = remaining.iter().map(|c| c.digest).collect();
+        let roots = remaining.iter().map(|(c, _)| c.digest).collect();
         let gc = self.sweep_locked(roots, dry_run, grace)?;
         Ok(EvictReport {
             refs_evicted: gone.iter().map(|c| c.name.clone()).collect(),

@@ -228,9 +228,13 @@ fn evict_drops_least_recently_used_first() {
     assert!(plan.bytes_after <= 250_000 && plan.gc.dry_run);
     assert_eq!(s.refs("").unwrap().len(), 3);
 
-    // Under the default grace nothing young is freed, whatever the cap.
+    // Under the default grace nothing young is freed, whatever the cap, so
+    // no ref is deleted for nothing, planned or done.
     let graced = s.evict(0, true, Duration::from_secs(3600)).unwrap();
-    assert_eq!((graced.refs_evicted.len(), graced.bytes_after), (3, before));
+    assert_eq!((graced.refs_evicted.len(), graced.bytes_after), (0, before));
+    let graced = s.evict(0, false, Duration::from_secs(3600)).unwrap();
+    assert_eq!((graced.refs_evicted.len(), graced.bytes_after), (0, before));
+    assert_eq!(s.refs("").unwrap().len(), 3);
 
     let done = s.evict(250_000, false, Duration::ZERO).unwrap();
     assert_eq!(done.refs_evicted, ["e/mid"]);

@@ -30,6 +30,7 @@ from .classes import (
 )
 from .dynamo_cache import (
     bypassed_copy,
+    caches_disabled,
     caching_precompile,
     debug_info,
     default_dynamo_dir,
@@ -103,7 +104,7 @@ from .probes import (
 )
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
 from .templates import lazy_kernel_templates
-from .versions import TORCH_VERSION, TRITON_VERSION
+from .versions import NEWEST_TESTED, OLDEST_SUPPORTED, TORCH_VERSION, TRITON_VERSION, check_torch_version
 
 __all__ = [
     "_DynamoCacheEntry",
@@ -117,6 +118,8 @@ __all__ = [
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",
     "bypassed_copy",
+    "caches_disabled",
+    "check_torch_version",
     "caching_precompile",
     "changed_sources",
     "CompiledFxGraph",
@@ -185,6 +188,8 @@ __all__ = [
     "swap_dynamo_cache",
     "torch_marks_loaded_probes",
     "TORCH_MARKS_PROBES",
+    "NEWEST_TESTED",
+    "OLDEST_SUPPORTED",
     "TORCH_VERSION",
     "triton_bundle",
     "TRITON_BUNDLE_FIELD",

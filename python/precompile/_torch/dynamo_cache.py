@@ -37,6 +37,15 @@ def record_for_mega_cache(key: str, pickled_entry: bytes) -> None:
         cache.CacheArtifactManager.record_artifact(kind, key, pickled_entry)
 
 
+def caches_disabled() -> bool:
+    """torch's `torch.compiler.config.force_disable_caches`, which
+    `TORCHINDUCTOR_FORCE_DISABLE_CACHES=1` (or `TORCH_COMPILE_FORCE_DISABLE_CACHES=1`)
+    sets: torch then neither reads nor writes its caches, and the store neither
+    loads nor saves."""
+    config = getattr(torch.compiler, "config", None)
+    return bool(getattr(config, "force_disable_caches", False))
+
+
 def debug_info(entries: dict[str, Any], backends: dict[Any, Any]) -> dict[str, Any]:
     """What torch's `PrecompileContext.save_to_dynamo_cache()` returns for these records."""
     return PrecompileContext.dump_debug_info(entries, backends)

@@ -20,6 +20,7 @@ from typing import Any
 from .aliases import module_alias_recorder, object_aliases
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
+from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
@@ -57,6 +58,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("unnamed_frames", unnamed_frames),
     ("comprehension_functions", comprehension_functions),
     ("device_type_union", device_type_union),
+    ("dropped_guard_notes", dropped_guard_notes),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).

@@ -1,4 +1,4 @@
-"""The commands that look at entries: ls, show, stats and du."""
+"""The commands that look at entries: ls, show and du (stats has its own module)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ from .._core import FormatError
 from .console import emit_json, esc, out, print_table
 from .roles import child_roles
 from .selection import entry_info, resolve
+from .stats import usage_figures
 from .views import Source, human_age, human_size
 
-__all__ = ["cmd_du", "cmd_ls", "cmd_show", "cmd_stats"]
+__all__ = ["cmd_du", "cmd_ls", "cmd_show"]
 
 
 def _where(info: dict[str, Any] | None) -> str:
@@ -140,61 +141,30 @@ def cmd_show(args: argparse.Namespace, src: Source) -> int:
     return 0
 
 
-def cmd_stats(args: argparse.Namespace, src: Source) -> int:
-    u = src.usage()
-    hits, misses = src.counters()
-    reachable = u["reachable_bytes"]
-    largest = sorted(u["refs"], key=lambda r: r["bytes"], reverse=True)[:5]
-    doc = {
-        "entries": len(u["refs"]),
-        "blobs": u["objects"],
-        "bytes": u["logical_bytes"],
-        "unique_bytes": reachable,
-        "stored_bytes": u["bytes"],
-        "unreferenced_bytes": u["bytes"] - reachable,
-        "dedup_ratio": u["logical_bytes"] / reachable if reachable else 1.0,
-        "hits": hits,
-        "misses": misses,
-        "largest": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in largest],
-    }
-    if args.json:
-        emit_json(doc)
-        return 0
-    rows = [
-        ("entries", doc["entries"]),
-        ("blobs", doc["blobs"]),
-        ("bytes (entries in full)", human_size(doc["bytes"])),
-        ("unique bytes", human_size(reachable)),
-        ("dedup ratio", f"{doc['dedup_ratio']:.2f}x"),
-        ("stored bytes", human_size(doc["stored_bytes"])),
-        ("unreferenced bytes", human_size(doc["unreferenced_bytes"])),
-        ("hits / misses since open", f"{hits} / {misses}"),
-    ]
-    print_table(("", ""), rows, title=str(src.path), header=False)
-    if largest and out.is_terminal:
-        top = [(r["name"], human_size(r["bytes"]), human_size(r["unique_bytes"])) for r in largest]
-        print_table(("largest entries", "size", "unique"), top)
-    return 0
-
-
 def cmd_du(args: argparse.Namespace, src: Source) -> int:
+    """Each ref's unique bytes (what deleting it frees), then the bytes several
+    refs share and the unreferenced ones: the shares add up to the store."""
     u = src.usage()
+    figures = usage_figures(u)
     refs = sorted(u["refs"], key=lambda r: (-r["unique_bytes"], -r["bytes"], r["name"]))
     doc = {
         "refs": [{k: r[k] for k in ("name", "bytes", "unique_bytes")} for r in refs],
-        "stored_bytes": u["bytes"],
-        "unique_bytes": u["reachable_bytes"],
-        "unreferenced_bytes": u["bytes"] - u["reachable_bytes"],
+        **figures,
+        "unreferenced_bytes": figures["reclaimable_bytes"],
     }
     if args.json:
         emit_json(doc)
         return 0
     total = u["bytes"] or 1
+
+    def share(n: int) -> str:
+        return f"{100 * n / total:.1f}%"
+
     rows: list[tuple[object, ...]] = [
-        (human_size(r["unique_bytes"]), human_size(r["bytes"]), f"{100 * r['unique_bytes'] / total:.1f}%", r["name"])
-        for r in refs
+        (human_size(r["unique_bytes"]), human_size(r["bytes"]), share(r["unique_bytes"]), r["name"]) for r in refs
     ]
-    rows.append((human_size(doc["unreferenced_bytes"]), "", "", "(unreferenced)"))
-    rows.append((human_size(u["bytes"]), "", "", "(total)"))
+    rows.append((human_size(figures["shared_bytes"]), "", share(figures["shared_bytes"]), "(shared by several refs)"))
+    rows.append((human_size(figures["reclaimable_bytes"]), "", share(figures["reclaimable_bytes"]), "(unreferenced)"))
+    rows.append((human_size(u["bytes"]), "", "100.0%" if u["bytes"] else "", "(total)"))
     print_table(("unique", "size", "share", "ref"), rows)
     return 0

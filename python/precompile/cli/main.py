@@ -38,10 +38,11 @@ from .. import paths
 from .._core import StoreError, __version__
 from .console import clean, emit_json, err, esc, out, redact_urls_in
 from .doctor import cmd_doctor
-from .entries import cmd_du, cmd_ls, cmd_show, cmd_stats
+from .entries import cmd_du, cmd_ls, cmd_show
 from .maintenance import cmd_export, cmd_gc, cmd_import, cmd_keygen, cmd_pubkey, cmd_verify
 from .remote import FROM_ENV, add_commands, cmd_gc_remote, cmd_ls_remote, cmd_stats_remote
 from .removal import cmd_prune, cmd_rm
+from .stats import cmd_stats
 from .views import Source, UsageError, parse_duration, parse_size
 
 __all__ = ["main"]
@@ -51,7 +52,7 @@ SHARED_ENV = "PRECOMPILE_SHARED"
 DEMO_TAIL_LINES = 10
 
 
-def cmd_demo(args: argparse.Namespace, src: Source) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     try:
         found = importlib.util.find_spec("torch") is not None
     except ImportError:
@@ -61,7 +62,8 @@ def cmd_demo(args: argparse.Namespace, src: Source) -> int:
     from ..demo import run
 
     try:
-        return run(str(src.path), out.print)
+        # Only an explicit --store: the demo leaves the default store alone.
+        return run(args.store, lambda text: out.print(esc(text), soft_wrap=True))
     except subprocess.CalledProcessError as e:
         # The child's last words say why; they come first, the error line last.
         for line in (e.stderr or "").strip().splitlines()[-DEMO_TAIL_LINES:]:
@@ -181,8 +183,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help="keep unreferenced objects younger than this (default 1h)",
     )
-    stats = command("stats", cmd_stats, "entries, blobs, bytes, dedup and the largest entries")
+    stats = command("stats", cmd_stats, "where the store is, its sizes, and hits and misses across processes")
     _remote_option(stats, "report on this remote instead of the store")
+    stats.add_argument("--zero", action="store_true", help="reset the hit, miss and save counts")
     verify = command("verify", cmd_verify, "rehash every object (in parallel); exit 1 on problems")
     verify.add_argument(
         "--repair",
@@ -250,7 +253,8 @@ def _parser() -> argparse.ArgumentParser:
     command(
         "demo",
         cmd_demo,
-        "compile a model into the store, then warm-start it in a fresh process with empty caches (needs torch)",
+        "compile a model into a store (a temporary one unless --store), then warm-start it in a fresh process "
+        "with empty caches (needs torch)",
         json=False,
     )
     return parser
@@ -258,7 +262,7 @@ def _parser() -> argparse.ArgumentParser:
 
 # Commands that need no store at all, and those that create it.
 _NO_STORE = {"keygen": cmd_keygen, "pubkey": cmd_pubkey, "doctor": cmd_doctor, "dir": cmd_dir}
-_CREATE = ("import", "demo", "pull")
+_CREATE = ("import", "pull")
 
 
 def _run(argv: Sequence[str] | None) -> int:
@@ -266,6 +270,8 @@ def _run(argv: Sequence[str] | None) -> int:
     args.shared = args.shared or _env_flag(SHARED_ENV)
     if args.command in _NO_STORE:
         return _NO_STORE[args.command](args)
+    if args.command == "demo":  # a temporary store unless --store
+        return cmd_demo(args)
     if getattr(args, "remote", None) is not None and args.command in ("ls", "stats", "gc"):
         run = {"ls": cmd_ls_remote, "stats": cmd_stats_remote, "gc": cmd_gc_remote}[args.command]
         return int(run(args, out))

@@ -81,9 +81,15 @@ def cmd_gc(args: argparse.Namespace, src: Source) -> int:
             doc = store.evict(args.max_size, dry_run=args.dry_run, grace_seconds=args.grace).to_dict()
         else:
             doc = store.gc(dry_run=args.dry_run, grace_seconds=args.grace).to_dict()
+    # Eviction deletes only refs whose deletion frees bytes; what stays above
+    # the cap is held by the grace period, and no deletion could shrink it.
+    met = args.max_size is None or doc["bytes_after"] <= args.max_size
+    if args.max_size is not None:
+        doc["max_size"] = args.max_size
+        doc["target_met"] = met
     if args.json:
         emit_json(doc)
-        return 0
+        return 0 if met else 1
     verb = "would free" if args.dry_run else "freed"
     if args.max_size is not None:
         evicted = doc["refs_evicted"]
@@ -93,6 +99,15 @@ def cmd_gc(args: argparse.Namespace, src: Source) -> int:
     out.print(f"{verb} {doc['objects_freed']} objects ({human_size(doc['bytes_freed'])}), kept {doc['objects_kept']}")
     if args.max_size is not None:
         out.print(f"store: {human_size(doc['bytes_before'])} -> {human_size(doc['bytes_after'])}")
+    if not met:
+        err.print(
+            f"precompile: error: the store cannot shrink to {human_size(args.max_size)}: "
+            f"{human_size(doc['bytes_after'])} is objects written within the grace period "
+            f"({args.grace:g}s) and what they reach, which no eviction frees; run gc again once they are "
+            "older, or pass --grace 0 when nothing is writing to the store",
+            soft_wrap=True,
+        )
+        return 1
     return 0
 
 
