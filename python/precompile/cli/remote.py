@@ -99,10 +99,10 @@ def _report(args: argparse.Namespace, out: Console, err: Console, verb: str, doc
 
 def cmd_push(args: argparse.Namespace, src: Source, out: Console, err: Console) -> int:
     store = src.need_store("push")
+    _split_remote(args)
     key = resolve_signing_key(args.sign)
     if key is None:
         raise UsageError(f"push needs a signing key: --sign KEYFILE or ${SIGNING_KEY_ENV} (see precompile keygen)")
-    _split_remote(args)
     for name in args.refs:
         if store.get_ref(name) is None:
             raise UsageError(f"no ref named {name!r}")
