@@ -168,7 +168,7 @@ def test_errors_are_one_line_with_stable_exit_codes(filled: Path, tmp_path: Path
     assert "already exists" in one_line_error(run_precompile("keygen", key), 1)
 
 
-def test_without_redis_or_torch_a_command_says_what_is_missing(filled: Path) -> None:
+def test_without_redis_or_torch_a_command_says_what_is_missing(filled: Path, signed_fleet: tuple[str, str]) -> None:
     url = "redis://127.0.0.1:1/0"
     for args in (("push", url), ("pull", url), ("stats", "--remote", url), ("ls", "--remote", url)):
         proc = run_without("redis", "--store", filled, *args)
@@ -177,7 +177,9 @@ def test_without_redis_or_torch_a_command_says_what_is_missing(filled: Path) -> 
     assert "torch" in one_line_error(proc, 1)
 
 
-def test_remote_commands_honour_precompile_remote(filled: Path, tmp_path: Path, redis_server: Any) -> None:
+def test_remote_commands_honour_precompile_remote(
+    filled: Path, tmp_path: Path, redis_server: Any, signed_fleet: tuple[str, str]
+) -> None:
     env = {"PRECOMPILE_REMOTE": redis_server.url}
     pushed = cli_json("--store", filled, "push", "dynamo/e1", env=env)
     assert pushed["refs"] == 1

@@ -21,7 +21,7 @@ from support.redis_servers import free_port
 from support.resp_server import Reply, StandInServer, array, bulk, handshake, integer
 from support.synthetic import blob_bytes, make_entries
 
-from precompile import CorruptObjectError, PrecompileWarning, Store, StoreError
+from precompile import CorruptObjectError, PrecompileWarning, SigningKey, Store, StoreError
 from precompile.remote import (
     MANIFEST_MAGIC,
     Remote,
@@ -33,6 +33,7 @@ from precompile.remote import (
     remote_gc,
     remote_usage,
 )
+from precompile.remote.trust import RefValue
 
 
 def _store(tmp_path: Path, name: str) -> Store:
@@ -65,7 +66,7 @@ def _trickle(value: bytes, drip: float) -> Any:
     return script
 
 
-def test_a_server_that_trickles_costs_about_the_timeout(tmp_path: Path) -> None:
+def test_a_server_that_trickles_costs_about_the_timeout(tmp_path: Path, signed_fleet: tuple[str, str]) -> None:
     # One byte every 0.2 s never trips a 0.5 s socket timeout; a 70-byte reply
     # would hold the read for 14 s without a deadline on the whole round trip.
     with StandInServer(_trickle(b"a" * 64, 0.2)) as server:
@@ -128,7 +129,9 @@ def _pusher(store: Path, url: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code, str(store), url], env=env)
 
 
-def test_chunks_of_a_pusher_killed_mid_upload_are_listed_and_collected(redis_server: Any, tmp_path: Path) -> None:
+def test_chunks_of_a_pusher_killed_mid_upload_are_listed_and_collected(
+    redis_server: Any, tmp_path: Path, signed_fleet: tuple[str, str]
+) -> None:
     src = _store(tmp_path, "a")
     blobs = [src.put(os.urandom(24 << 20)) for _ in range(4)]
     src.set_ref("dynamo/big", src.put_manifest(blobs, {"kind": "entry"}))
@@ -157,12 +160,16 @@ def test_chunks_of_a_pusher_killed_mid_upload_are_listed_and_collected(redis_ser
     assert push(src, remote, ["dynamo/big"]).refs == 1
 
 
-def test_pull_goes_on_past_a_ref_it_cannot_set(redis_server: Any, tmp_path: Path) -> None:
+def test_pull_goes_on_past_a_ref_it_cannot_set(
+    redis_server: Any, tmp_path: Path, signed_fleet: tuple[str, str]
+) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 2)
     remote = Remote(redis_server.url)
     push(src, remote)
-    redis_server.client().set(remote.keys.ref("../escape"), refs["dynamo/e0"])
+    # Signed by the fleet, so it is refused only when the local store sets it.
+    planted = RefValue.signed(SigningKey(signed_fleet[0]), "../escape", refs["dynamo/e0"])
+    redis_server.client().set(remote.keys.ref("../escape"), planted.encode())
     dst = _store(tmp_path, "b")
     report = pull(dst, remote)
     assert report.refs == 2 and list(report.failures) == ["../escape"]
@@ -173,7 +180,9 @@ def test_pull_goes_on_past_a_ref_it_cannot_set(redis_server: Any, tmp_path: Path
     assert all(_store(tmp_path, "c").get_ref(n) == d for n, d in refs.items())
 
 
-def test_a_junk_remote_manifest_is_damage_everywhere(redis_server: Any, tmp_path: Path) -> None:
+def test_a_junk_remote_manifest_is_damage_everywhere(
+    redis_server: Any, tmp_path: Path, signed_fleet: tuple[str, str]
+) -> None:
     src = _store(tmp_path, "a")
     refs = make_entries(src, 1)
     remote = Remote(redis_server.url)
@@ -183,7 +192,7 @@ def test_a_junk_remote_manifest_is_damage_everywhere(redis_server: Any, tmp_path
     junk = MANIFEST_MAGIC + b"{not json, but it names " + orphan.encode() + b"}"
     junk_digest = src.put(junk)
     remote.put_blobs([(junk_digest, junk, True)])
-    remote.set_refs({"dynamo/junk": junk_digest})
+    remote.set_refs({"dynamo/junk": RefValue.signed(SigningKey(signed_fleet[0]), "dynamo/junk", junk_digest)})
 
     for args in (("stats", "--remote", redis_server.url), ("gc", "--remote", redis_server.url, "--grace", "0")):
         run = run_precompile(*args, "--json")
@@ -197,7 +206,9 @@ def test_a_junk_remote_manifest_is_damage_everywhere(redis_server: Any, tmp_path
     assert dst.get_ref("dynamo/e0") == refs["dynamo/e0"] and dst.get_ref("dynamo/junk") is None
 
 
-def test_a_blob_with_the_manifest_magic_travels_as_a_blob(redis_server: Any, tmp_path: Path) -> None:
+def test_a_blob_with_the_manifest_magic_travels_as_a_blob(
+    redis_server: Any, tmp_path: Path, signed_fleet: tuple[str, str]
+) -> None:
     src = _store(tmp_path, "a")
     data = MANIFEST_MAGIC + b"user bytes that only look like a manifest"
     blob = src.put(data)

@@ -45,10 +45,10 @@ def test_verify_names_the_refs_that_reach_damage(tmp_path: Path, capsys: pytest.
     assert f"{own} (reached by env/a)" in text and f"{stray} (no ref reaches it)" in text
 
 
-def test_repair_fetches_damaged_objects_from_a_bundle_layer(tmp_path: Path) -> None:
+def test_repair_fetches_damaged_objects_from_a_bundle_layer(tmp_path: Path, signed_fleet: tuple[str, str]) -> None:
     store = Store(tmp_path / "s")
     shared, own, _ = two_entries(store)
-    store.export_bundle(["env/a", "env/b"], str(tmp_path / "backup.bundle"))
+    store.export_bundle(["env/a", "env/b"], str(tmp_path / "backup.bundle"), sign_with=signed_fleet[0])
     damage(store, shared)
     Path(store.object_path(own)).unlink()
     report = repair(store, layers=[tmp_path / "backup.bundle"])
@@ -80,7 +80,7 @@ def test_repair_drops_exactly_the_refs_that_reach_what_no_source_holds(
     assert bytes(store.get(other)) == b"b's blob"
 
 
-def test_repair_fetches_from_a_remote(tmp_path: Path, redis_server: object) -> None:
+def test_repair_fetches_from_a_remote(tmp_path: Path, redis_server: object, signed_fleet: tuple[str, str]) -> None:
     url = redis_server.url  # type: ignore[attr-defined]
     store = Store(tmp_path / "s")
     shared, own, _ = two_entries(store)
