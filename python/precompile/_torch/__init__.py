@@ -31,6 +31,7 @@ from .classes import (
 from .dynamo_cache import (
     bypassed_copy,
     caching_precompile,
+    check_loaded_entry,
     debug_info,
     default_dynamo_dir,
     entry_source_location,
@@ -103,12 +104,20 @@ from .probes import (
 )
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
 from .templates import lazy_kernel_templates
-from .versions import TORCH_VERSION, TRITON_VERSION
+from .versions import (
+    TORCH_GIT,
+    TORCH_VERSION,
+    TRITON_VERSION,
+    accelerator_capability,
+    cpu_capability,
+    initialized_accelerators,
+)
 
 __all__ = [
     "_DynamoCacheEntry",
     "_Patch",
     "_ProbeLoadCheck",
+    "accelerator_capability",
     "alias_target",
     "autotune_capture",
     "backend_capture",
@@ -119,10 +128,12 @@ __all__ = [
     "bypassed_copy",
     "caching_precompile",
     "changed_sources",
+    "check_loaded_entry",
     "CompiledFxGraph",
     "CompilePackage",
     "comprehension_functions",
     "counters",
+    "cpu_capability",
     "debug_info",
     "default_dynamo_dir",
     "deferred_full_gc",
@@ -140,6 +151,7 @@ __all__ = [
     "guard_state_reducers",
     "guarded_variants",
     "in_process_kernel_loads",
+    "initialized_accelerators",
     "inductor_cache_dir",
     "innermost_fn",
     "install_hardening",
@@ -185,6 +197,7 @@ __all__ = [
     "swap_dynamo_cache",
     "torch_marks_loaded_probes",
     "TORCH_MARKS_PROBES",
+    "TORCH_GIT",
     "TORCH_VERSION",
     "triton_bundle",
     "TRITON_BUNDLE_FIELD",
