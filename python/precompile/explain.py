@@ -15,8 +15,9 @@ The first miss of a stored entry in a process also raises one
 `PrecompileWarning` that names it and points at the rest.
 
 Reasons: `not_stored` (no entry under the function's key, as on a first run),
-`env_mismatch` (entries under the function's key exist, but only for other
-environments: the detail names each factor that differs, such as
+`env_mismatch` (entries under the function's key exist in the store or its
+read-only layers, but only for other environments: the detail names each
+factor that differs, such as
 `torch 2.11.0+cu128 stored, 2.15.0 here`),
 `load_error` (the entry is unreadable: corrupt or missing objects, another
 torch), `source_changed` (a function it traced was edited since),
@@ -61,7 +62,7 @@ _warned_once: list[bool] = []
 # Compiled variants counted as loaded, by key, until an install undoes them.
 _loaded_variants: dict[str, int] = {}
 # The entry refs of other environments, by key: listed once per
-# installation, on the first miss (a remote lists by scanning every key).
+# installation, on the first miss, from the local store and read-only layers.
 _others: dict[int, dict[str, list[tuple[str | None, str]]]] = {}
 
 
@@ -157,7 +158,8 @@ def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
         index = _others.get(id(store))
     if index is None:
         index = {}
-        for name in store.refs(entries.REF_PREFIX):
+        names = {n for layer in _listable(store) for n in layer.refs(entries.REF_PREFIX)}
+        for name in sorted(names):
             parsed = entries.parse_ref(name)
             if parsed is not None:
                 index.setdefault(parsed[1], []).append((parsed[0], name))
@@ -165,6 +167,16 @@ def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
             _others[id(store)] = index
     mine = set(entries.lookup_refs(key))
     return [(env, name) for env, name in index.get(key, []) if name not in mine]
+
+
+def _listable(store: Any) -> list[ReadStore]:
+    """The layers of `store` whose refs a miss may list: all but a remote,
+    which lists only by scanning every key of its server."""
+    layers = getattr(store, "layers", None)
+    if layers is None:
+        return [store]
+    remote = getattr(store, "remote", None)
+    return [store.writable, *(layer for layer in layers if layer is not remote)]
 
 
 def _differences(store: ReadStore, env_id: str | None, name: str) -> list[tuple[str, str]]:
