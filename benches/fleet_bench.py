@@ -57,7 +57,7 @@ def child(args: argparse.Namespace) -> None:
             torch.compile(model)(x)
             out["first_call_s"][name] = time.perf_counter() - start
     if args.system == "precompile" and args.save:
-        out["entries"] = sorted(precompile.save().entries)
+        out["entries"] = sorted(precompile.save().refs.values())
     from torch._dynamo.utils import counters
 
     out["counters"] = {k: dict(v) for k, v in counters.items()}
@@ -194,7 +194,7 @@ def measure(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
         before = remote_usage(remote)["bytes"]
         r = build.run("--save")
         store = Store(str(build.dir / "store"))
-        closure = local_closure(store, [store.get_ref(f"dynamo/{k}") for k in r["entries"]])
+        closure = local_closure(store, [store.get_ref(name) for name in r["entries"]])
         sizes = {d: os.path.getsize(store.object_path(d)) for d in closure}
         new = sum(n for d, n in sizes.items() if d not in seen)
         seen.update(closure)

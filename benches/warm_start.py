@@ -155,13 +155,13 @@ def child(args: argparse.Namespace) -> None:
             torch.compiler.save_cache_artifacts()
     if args.store == "precompile" and args.phase != "cold" and cache.store.refs("dynamo/"):
         # Store overhead for one entry: ref lookup + read + verify + map.
-        from precompile.entries import fetch_entry, ref_name
+        from precompile.entries import fetch_entry
 
-        keys = [k.removeprefix("dynamo/") for k in cache.store.refs("dynamo/")]
+        names = cache.store.refs("dynamo/")
         samples = []
         for _ in range(50):
             t = time.perf_counter()
-            fetch_entry(cache.store, cache.store.get_ref(ref_name(keys[0])))
+            fetch_entry(cache.store, cache.store.get_ref(names[0]))
             samples.append(time.perf_counter() - t)
         out["entry_overhead_ms"] = statistics.median(samples) * 1e3
     from torch._dynamo.utils import counters

@@ -206,3 +206,94 @@ def test_log_lines_name_the_function_and_where_it_is(compiled_store, scenario, t
     [line] = [r.getMessage() for r in caplog.records if "compiled variant(s)" in r.getMessage()]
     # The function, its file and line, then the key that names the entry.
     assert "for MLP.forward" in line and " at " in line and "scenario.py:" in line and f"(key {key[:16]})" in line
+
+
+def _refile(store: Path, key: str, digest: str, **env_changes: str) -> str:
+    """The entry `digest` refiled as if saved in an environment with
+    `env_changes`, under that environment's ref; this host's ref removed.
+    Returns the new ref name."""
+    from precompile.entries import parse_ref
+    from precompile.environment import Environment
+
+    s = precompile.Store(str(store))
+    children, meta = s.get_manifest(digest)
+    env = dataclasses.replace(Environment.from_json(meta["env"]), **env_changes)
+    for name in s.refs("dynamo/"):
+        if parse_ref(name) == (Environment.from_json(meta["env"]).id, key):
+            s.delete_ref(name)
+    name = f"dynamo/{env.id}/{key}"
+    s.set_ref(name, s.put_manifest(children, {**meta, "env": env.to_json()}))
+    return name
+
+
+def test_entries_of_other_environments_name_what_differs(compiled_store, scenario, tmp_path: Path, capsys) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    ((key, digest),) = compiled_store[1]["report"]["entries"].items()
+    _refile(store, key, digest, torch="2.11.0+cu128", torch_git="70d99e998b4955e0049d13a98d77ae1b14db1f45")
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="env_mismatch"),
+    ):
+        assert cache.load(scenario.MLP.forward) is None
+    assert counters["precompile"]["miss_env_mismatch"] == 1
+    assert counters["dynamo_cache"]["dynamo_cache_miss"] == 1
+    (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    assert miss["reason"] == "env_mismatch" and miss["factors"] == ["torch", "torch_git"]
+    assert f"torch 2.11.0+cu128 stored, {torch.__version__} here" in miss["detail"]
+    assert "torch build 70d99e998b49 stored" in miss["detail"]
+    text = _explain(store, capsys)
+    assert "MISS    env_mismatch: MLP.forward" in text and "torch 2.11.0+cu128 stored" in text
+
+
+def test_an_entry_under_its_unnamespaced_ref_is_never_loaded(compiled_store, scenario, tmp_path: Path, capsys) -> None:
+    # `dynamo/<key>` carries no environment: it might hold another torch's
+    # entry, so even one that would load here is not loaded.
+    store = _copy(compiled_store[0], tmp_path)
+    ((key, digest),) = compiled_store[1]["report"]["entries"].items()
+    s = precompile.Store(str(store))
+    (own,) = s.refs("dynamo/")
+    s.delete_ref(own)
+    s.set_ref(f"dynamo/{key}", digest)
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="env_mismatch"),
+    ):
+        assert cache.load(scenario.MLP.forward) is None
+    (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    assert miss["factors"] == ["environment"] and "never loaded" in miss["detail"]
+
+
+def _wrong_typed(store: Path, part: str) -> None:
+    """The stored entry with its Dynamo pickle (or its backend's) replaced by a
+    valid pickle of another type: every blob verifies, the manifest is valid."""
+    from precompile.results import put_pickled
+    from precompile.schema import BackendUse, EntryMeta, PickledArtifactMeta
+
+    s = precompile.Store(str(store))
+    (name,) = s.refs("dynamo/")
+    meta = EntryMeta.from_json(s.get_manifest(s.get_ref(name))[1])
+    if part == "dynamo":
+        meta = dataclasses.replace(meta, dynamo=put_pickled(s, {"codes": [], "device_type": "cpu"}))
+    else:
+        held = PickledArtifactMeta(put_pickled(s, {"not": "a backend"}))
+        manifest = s.put_manifest(sorted(set(held.children())), held.to_json())
+        meta = dataclasses.replace(meta, backends={bid: BackendUse(manifest, None) for bid in meta.backends})
+    s.set_ref(name, s.put_manifest(sorted(set(meta.children())), meta.to_json()))
+
+
+@pytest.mark.parametrize("part", ["dynamo", "backend"])
+def test_an_entry_that_unpickles_to_another_type_is_a_load_error(
+    part: str, compiled_store, tmp_path: Path, capsys
+) -> None:
+    """`torch.compile(f)(x)` in a fresh process: the wrong type is a miss with
+    a warning and `dynamo_cache_error`, never an error in the call."""
+    store = _copy(compiled_store[0], tmp_path)
+    _wrong_typed(store, part)
+    b = run_scenario("inference", "load", store, tmp_path)
+    assert counter(b, "dynamo_cache", "dynamo_cache_error") == 1, b["stderr"][-3000:]
+    assert counter(b, "precompile", "miss_load_error") == 1
+    assert counter(b, "precompile", "frames_loaded") == 0
+    assert "PrecompileWarning" in b["stderr"] and "not a" in b["stderr"]
+    for x, y in zip(compiled_store[1]["outputs"], b["outputs"]):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert "MISS    load_error: MLP.forward" in _explain(store, capsys)

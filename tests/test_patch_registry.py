@@ -103,6 +103,8 @@ def test_doctor_reports_the_patches_install_starts(tmp_path: Path) -> None:
     import torch
 
     assert doc["torch"] == torch.__version__
+    env = doc["environment"]
+    assert env["torch"] == torch.__version__ and len(env["id"]) == 16 and env["accelerator"] is None
     assert doc["patches"] == during
     text = run_precompile("doctor")
     assert text.returncode == 0, text.stderr

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._core import StoreError
 from ._torch import PrecompileCacheEntry, bypassed_copy, counters, recorded_backends, recorded_entries
-from .entries import SaveMemo, put_entry
+from .entries import SaveMemo, entry_ref, put_entry
 from .protocols import WriteStore
 from .warning import PrecompileWarning
 
@@ -33,7 +33,10 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class SaveReport:
-    """What one save wrote: entry digests by key, and how backends deduplicated."""
+    """What one save wrote: entry digests by key, and how backends deduplicated.
+
+    `refs`: the ref each written entry is filed under, by key
+    (`dynamo/<env-id>/<key>`)."""
 
     entries: dict[str, str]
     backends: int
@@ -41,6 +44,7 @@ class SaveReport:
     missing_backends: int
     # Entries that could not be serialized (key -> why); the others are saved.
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    refs: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
@@ -103,10 +107,12 @@ def save_context(
     entries, missing = create_cache_entries()
     memo = SaveMemo()
     written = {}
+    refs = {}
     skipped = {}
     for key, entry in entries.items():
         try:
             written[key] = put_entry(store, entry, key, memo)
+            refs[key] = entry_ref(key, entry.dynamo.device_type)
         except StoreError:
             raise
         except Exception as e:
@@ -128,4 +134,5 @@ def save_context(
         unique_backends=len(set(memo.backends.values())),
         missing_backends=missing,
         skipped=skipped,
+        refs=refs,
     )

@@ -22,7 +22,7 @@ from typing import Any
 from . import _torch as tc
 from . import explain, host_keys, restore
 from .context import PrecompileWarning, SaveReport, save_context, stitch
-from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
+from .entries import REF_PREFIX, entry_ref, fetch_entry, find_entry, lookup_refs, put_entry
 from .paths import default_store_path
 from .protocols import ReadStore, WriteStore
 
@@ -90,13 +90,13 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
         _record_for_mega_cache(path, cache_entry)
-        self.push([path])
+        self.push([entry_ref(path, cache_entry.dynamo.device_type)])
 
-    def push(self, keys: Sequence[str]) -> None:
-        """Upload saved entries to the remote, if there is one; a fault only warns."""
+    def push(self, refs: Sequence[str]) -> None:
+        """Upload saved entries (their ref names) to the remote, if there is one; a fault only warns."""
         remote = getattr(self.store, "remote", None)
         if remote is not None:
-            remote.push([ref_name(k) for k in keys])
+            remote.push(list(refs))
 
     def _write_to_local_cache(self, pickled_content: bytes, path: str) -> None:
         """Mega-Cache populate: an entry pickled by torch becomes a store entry."""
@@ -109,11 +109,11 @@ class StoreDynamoCache(tc.DynamoStore):
             raise RuntimeError(f"Failed to save package to {path}: {e}") from e
 
     def read(self, path: str) -> tc.PrecompileCacheEntry:
-        digest = self.store.get_ref(ref_name(path))
-        if digest is None:
+        found = find_entry(self.store, path)
+        if found is None:
             raise RuntimeError(f"No package found with key {path}")
         try:
-            return fetch_entry(self.store, digest)
+            return fetch_entry(self.store, found[1])
         except Exception as e:
             raise RuntimeError(f"Failed to load package from key {path}: {e}") from e
 
@@ -138,24 +138,29 @@ class StoreDynamoCache(tc.DynamoStore):
             tc.counters["precompile"]["disabled_loads"] += 1
             return None
         with tc.deferred_full_gc():
-            return self._load(fn)
+            key = tc.source_id_from_fn(fn)
+            try:
+                return self._load(fn, key)
+            except Exception as e:  # whatever the entry holds, the call compiles
+                self._load_failed(key, e, fn)
+                return None
 
-    def _load(self, fn: Callable[..., Any]) -> tc.PrecompileCacheEntry | None:
-        key = tc.source_id_from_fn(fn)
+    def _load(self, fn: Callable[..., Any], key: str) -> tc.PrecompileCacheEntry | None:
         try:
-            digest = self.store.get_ref(ref_name(key))
+            found = find_entry(self.store, key)
         except Exception as e:  # an unreadable ref is an error, not a miss
             self._load_failed(key, e, fn)
             return None
-        if digest is None:
+        if found is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             remote = getattr(self.store, "remote", None)
-            refused = None if remote is None else remote.refusal(ref_name(key))
+            refused = None if remote is None else next(filter(None, map(remote.refusal, lookup_refs(key))), None)
             if refused is not None:
                 explain.miss("untrusted", key, f"the remote's entry was refused: {refused}; compiling instead", fn=fn)
             else:
-                explain.miss("not_stored", key, "no entry under this function's key", fn=fn)
+                explain.not_stored(self.store, key, fn=fn)
             return None
+        name, digest = found
         try:
             entry = fetch_entry(self.store, digest)
         except Exception as e:
@@ -180,7 +185,7 @@ class StoreDynamoCache(tc.DynamoStore):
         tc.served_entries.hand(entry)
         with contextlib.suppress(Exception):
             # Recency feeds size-capped eviction; a read-only store skips it.
-            self.writable.touch_ref(ref_name(key))
+            self.writable.touch_ref(name)
         return entry
 
     def _load_failed(self, key: str, error: BaseException, fn: Callable[..., Any] | None = None) -> None:
@@ -364,7 +369,7 @@ def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = No
     report = save_context(cache.writable, on_written)
     explain.counts.add("saves", len(report.entries))
     explain.counts.flush()
-    cache.push(list(report.entries))
+    cache.push(list(report.refs.values()))
     return report
 
 

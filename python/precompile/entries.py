@@ -2,29 +2,41 @@
 
 An entry is a manifest over the pickled Dynamo entry (bytecode, guards), one
 manifest per backend (see `results`), and the CPU instruction-set probe
-libraries. A ref `dynamo/<key>` names it, where `<key>` is the key torch's
-DynamoCache files the compiled function under.
+libraries. A ref `dynamo/<env-id>/<key>` names it, where `<key>` is the key
+torch's DynamoCache files the compiled function under and `<env-id>` that of
+the environment that can load it (see `environment`): hosts of other torch
+builds, Pythons or devices sharing a store or a remote keep their entries side
+by side. A ref `dynamo/<key>` (written before environments named refs) is
+never loaded: it may hold another torch's entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
+import threading
 from typing import Any
 
 from . import host_keys, kernels, module_aliases, triton_stubs
 from ._torch import (
+    TORCH_GIT,
     TORCH_MARKS_PROBES,
     TORCH_VERSION,
     TRITON_VERSION,
     BundledAOTAutogradCacheArtifact,
     CompiledFxGraph,
     PrecompileCacheEntry,
+    accelerator_capability,
+    check_loaded_entry,
+    cpu_capability,
     entry_source_location,
     inductor_cache_dir,
+    initialized_accelerators,
     isa_probe_libraries,
     torch_marks_loaded_probes,
 )
 from .artifacts import StoredBackendArtifact
+from .environment import Environment
 from .protocols import ReadStore, WriteStore
 from .results import (
     StoredBackend,
@@ -36,7 +48,19 @@ from .results import (
 )
 from .schema import BackendUse, EntryMeta, PickledArtifactMeta, PickledRef, SourceLocation
 
-__all__ = ["REF_PREFIX", "SaveMemo", "fetch_entry", "put_entry", "read_entry_meta", "ref_name"]
+__all__ = [
+    "REF_PREFIX",
+    "SaveMemo",
+    "entry_ref",
+    "environment",
+    "fetch_entry",
+    "find_entry",
+    "lookup_refs",
+    "parse_ref",
+    "put_entry",
+    "read_entry_meta",
+    "ref_name",
+]
 
 REF_PREFIX = "dynamo/"
 
@@ -58,8 +82,64 @@ class SaveMemo:
     stubs: tuple[tuple[str, str, str], ...] | None = None
 
 
-def ref_name(key: str) -> str:
-    return REF_PREFIX + key
+def ref_name(key: str, env_id: str) -> str:
+    return f"{REF_PREFIX}{env_id}/{key}"
+
+
+def parse_ref(name: str) -> tuple[str | None, str] | None:
+    """(env-id, key) of an entry ref; env-id None for an unnamespaced one
+    (written before environments named refs); None if `name` is no entry ref."""
+    if not name.startswith(REF_PREFIX):
+        return None
+    parts = name[len(REF_PREFIX) :].split("/")
+    if len(parts) == 1:
+        return None, parts[0]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return None
+
+
+_env_lock = threading.Lock()
+_envs: dict[str, Environment] = {}
+
+
+def environment(device_type: str) -> Environment:
+    """This process's environment for entries of `device_type`, computed once."""
+    with _env_lock:
+        env = _envs.get(device_type)
+        if env is None:
+            impl = sys.implementation.name
+            env = Environment(
+                python=f"{impl} {sys.version_info[0]}.{sys.version_info[1]}",
+                torch=TORCH_VERSION,
+                torch_git=TORCH_GIT,
+                triton=TRITON_VERSION,
+                cpu=cpu_capability(),
+                accelerator=accelerator_capability(device_type),
+            )
+            _envs[device_type] = env
+        return env
+
+
+def entry_ref(key: str, device_type: str) -> str:
+    """The ref this process files an entry of `device_type` under."""
+    return ref_name(key, environment(device_type).id)
+
+
+def lookup_refs(key: str) -> list[str]:
+    """The refs this process may load `key` from, best first: an entry for an
+    accelerator the process has initialized, then a CPU entry. An accelerator
+    the process has not touched is not asked about (that would start it)."""
+    return [entry_ref(key, d) for d in [*initialized_accelerators(), "cpu"]]
+
+
+def find_entry(store: ReadStore, key: str) -> tuple[str, str] | None:
+    """(ref name, entry digest) of the entry this process loads for `key`."""
+    for name in lookup_refs(key):
+        digest = store.get_ref(name)
+        if digest is not None:
+            return name, digest
+    return None
 
 
 def _bundled_fx(artifact: Any) -> bool:
@@ -111,7 +191,8 @@ def _put_isa_probes(store: WriteStore) -> tuple[tuple[tuple[str, str], ...], tup
 
 
 def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: SaveMemo | None = None) -> str:
-    """Store `entry` under `key`; returns the entry manifest digest."""
+    """Store `entry` under `key` (ref `entry_ref(key, device type)`); returns
+    the entry manifest digest."""
     memo = SaveMemo() if memo is None else memo
     entry = module_aliases.carry(entry)
     dynamo = put_pickled(store, entry.dynamo)
@@ -138,9 +219,10 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
         isa=memo.isa,
         isa_loaded=memo.isa_loaded,
         triton_stubs=stubs,
+        env=environment(entry.dynamo.device_type),
     )
     digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
-    store.set_ref(ref_name(key), digest)
+    store.set_ref(entry_ref(key, entry.dynamo.device_type), digest)
     return digest
 
 
@@ -192,6 +274,9 @@ def fetch_entry(store: ReadStore, digest: str) -> PrecompileCacheEntry:
         else:
             backends[bid] = load_pickled(held, blobs)
     dynamo = load_pickled(meta.dynamo, blobs)
+    # Blobs that verify can still unpickle to something else (a record
+    # written by another tool, or crafted): refused here, not inside torch.
+    check_loaded_entry(dynamo, backends)
     cache_dir = inductor_cache_dir()
     # A probe is marked only where torch (or the store, while installed)
     # trusts markers, and only if it loaded on the writing host.

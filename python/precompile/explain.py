@@ -16,6 +16,10 @@ The first miss of a stored entry in a process also raises one
 
 Reasons: `not_stored` (no entry under the function's key, as on a first run),
 `untrusted` (the remote held an entry whose ref no trusted key signed),
+`env_mismatch` (entries under the function's key exist in the store or its
+read-only layers, but only for other environments: the detail names each
+factor that differs, such as
+`torch 2.11.0+cu128 stored, 2.15.0 here`),
 `load_error` (the entry is unreadable: corrupt or missing objects, another
 torch), `source_changed` (a function it traced was edited since),
 `bypassed` (torch saved the code without compiled variants), `module_missing`,
@@ -30,6 +34,7 @@ compiled in every process).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import warnings
@@ -37,11 +42,13 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _torch as tc
+from . import entries
 from .miss_log import MissLog
+from .protocols import ReadStore
 from .run_stats import RunStats
 from .warning import PrecompileWarning
 
-__all__ = ["begin", "end", "install_failed", "loaded", "miss", "unstorable"]
+__all__ = ["begin", "end", "install_failed", "loaded", "miss", "not_stored", "unstorable"]
 
 log = logging.getLogger("precompile")
 
@@ -58,6 +65,9 @@ _warned = threading.Lock()
 _warned_once: list[bool] = []
 # Compiled variants counted as loaded, by key, until an install undoes them.
 _loaded_variants: dict[str, int] = {}
+# The entry refs of other environments, by key: listed once per
+# installation, on the first miss, from the local store and read-only layers.
+_others: dict[int, dict[str, list[tuple[str | None, str]]]] = {}
 
 
 def begin(store_path: Any) -> None:
@@ -70,6 +80,7 @@ def begin(store_path: Any) -> None:
     with _warned:
         _warned_once.clear()
         _loaded_variants.clear()
+        _others.clear()
     tc.stored_code_watch.watch(_on_stored_code_compile)
 
 
@@ -122,6 +133,7 @@ def miss(
     fn: Callable[..., Any] | None = None,
     guards: list[str] | None = None,
     frame: dict[str, Any] | None = None,
+    factors: list[str] | None = None,
 ) -> None:
     """Record that the store did not serve `key` for `reason`."""
     tc.counters["precompile"][f"miss_{reason}"] += 1
@@ -135,6 +147,8 @@ def miss(
     }
     if guards:
         record["guards"] = [_short(g) for g in guards[:_MAX_GUARDS]]
+    if factors:
+        record["factors"] = factors
     _write(record)
     text = f"precompile miss ({reason}) for {_named(record, key)}: {detail}"
     if reason in _QUIET:
@@ -155,6 +169,71 @@ def miss(
             ),
             stacklevel=4,
         )
+
+
+def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
+    with _warned:
+        index = _others.get(id(store))
+    if index is None:
+        index = {}
+        names = {n for layer in _listable(store) for n in layer.refs(entries.REF_PREFIX)}
+        for name in sorted(names):
+            parsed = entries.parse_ref(name)
+            if parsed is not None:
+                index.setdefault(parsed[1], []).append((parsed[0], name))
+        with _warned:
+            _others[id(store)] = index
+    mine = set(entries.lookup_refs(key))
+    return [(env, name) for env, name in index.get(key, []) if name not in mine]
+
+
+def _listable(store: Any) -> list[ReadStore]:
+    """The layers of `store` whose refs a miss may list: all but a remote,
+    which lists only by scanning every key of its server."""
+    layers = getattr(store, "layers", None)
+    if layers is None:
+        return [store]
+    remote = getattr(store, "remote", None)
+    return [store.writable, *(layer for layer in layers if layer is not remote)]
+
+
+def _differences(store: ReadStore, env_id: str | None, name: str) -> list[tuple[str, str]]:
+    """How the entry `name` (of environment `env_id`) differs from here."""
+    if env_id is None:
+        return [("environment", "an entry filed before entries named their environment (never loaded)")]
+    digest = store.get_ref(name)
+    meta = entries.read_entry_meta(store, digest) if digest is not None else None
+    if meta is None or meta.env is None:
+        return [("environment", f"environment {env_id} stored")]
+    here = entries.environment("cpu")
+    if meta.device_type != "cpu":
+        # An accelerator this process has not started is not asked about.
+        initialized = meta.device_type in tc.initialized_accelerators()
+        here = entries.environment(meta.device_type) if initialized else dataclasses.replace(here, accelerator=None)
+    return meta.env.differences(here) or [("environment", f"environment {env_id} stored")]
+
+
+def not_stored(store: ReadStore, key: str, *, fn: Callable[..., Any] | None = None) -> None:
+    """Record that no entry for `key` loads here: `env_mismatch`, naming the
+    factors that differ, where other environments hold entries for it, else
+    `not_stored`. Never raises: the listing is for the record only."""
+    factors: dict[str, str] = {}
+    try:
+        for env_id, name in _other_entries(store, key):
+            for field, text in _differences(store, env_id, name):
+                factors.setdefault(field, text)
+    except Exception:
+        log.debug("listing other environments' entries for %s failed", key, exc_info=True)
+    if not factors:
+        miss("not_stored", key, "no entry under this function's key", fn=fn)
+        return
+    miss(
+        "env_mismatch",
+        key,
+        "stored only for other environments: " + "; ".join(factors.values()),
+        fn=fn,
+        factors=sorted(factors),
+    )
 
 
 def loaded(key: str, entry: Any, *, fn: Callable[..., Any] | None = None) -> None:

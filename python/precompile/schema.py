@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar
 
 from ._core import FormatError
+from .environment import Environment
 
 __all__ = [
     "BackendMeta",
@@ -35,7 +36,7 @@ __all__ = [
 
 # One version for all record kinds: they change together, and an entry is
 # only ever read by a build that understands every record it reaches.
-SCHEMA_FORMAT = 2
+SCHEMA_FORMAT = 3
 
 _T = TypeVar("_T", bound="_Record")
 
@@ -398,6 +399,9 @@ class EntryMeta(_Record):
     isa_loaded: tuple[str, ...] | None = None
     # Triton's C stub libraries: (Triton cache dir name, file name, digest).
     triton_stubs: tuple[tuple[str, str, str], ...] = ()
+    # What can load it (see `environment`); its id names the ref. Every entry
+    # precompile writes has one; None only where a record is built without.
+    env: Environment | None = None
 
     def children(self) -> list[str]:
         out = self.dynamo.children() + [d for _, d in self.isa] + [d for _, _, d in self.triton_stubs]
@@ -423,6 +427,7 @@ class EntryMeta(_Record):
             "isa": [list(pair) for pair in self.isa],
             **({} if self.isa_loaded is None else {"isa_loaded": list(self.isa_loaded)}),
             "triton_stubs": [list(stub) for stub in self.triton_stubs],
+            **({} if self.env is None else {"env": self.env.to_json()}),
         }
 
     @classmethod
@@ -451,6 +456,7 @@ class EntryMeta(_Record):
             isa=tuple((p[0], p[1]) for p in isa),
             isa_loaded=_isa_loaded(doc, {p[0] for p in isa}),
             triton_stubs=tuple((s[0], s[1], s[2]) for s in stubs),
+            env=None if doc.get("env") is None else Environment.from_json(doc["env"]),
         )
 
 

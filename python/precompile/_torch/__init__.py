@@ -32,6 +32,7 @@ from .dynamo_cache import (
     bypassed_copy,
     caches_disabled,
     caching_precompile,
+    check_loaded_entry,
     debug_info,
     default_dynamo_dir,
     entry_source_location,
@@ -104,12 +105,23 @@ from .probes import (
 )
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
 from .templates import lazy_kernel_templates
-from .versions import NEWEST_TESTED, OLDEST_SUPPORTED, TORCH_VERSION, TRITON_VERSION, check_torch_version
+from .versions import (
+    NEWEST_TESTED,
+    OLDEST_SUPPORTED,
+    TORCH_GIT,
+    TORCH_VERSION,
+    TRITON_VERSION,
+    accelerator_capability,
+    check_torch_version,
+    cpu_capability,
+    initialized_accelerators,
+)
 
 __all__ = [
     "_DynamoCacheEntry",
     "_Patch",
     "_ProbeLoadCheck",
+    "accelerator_capability",
     "alias_target",
     "autotune_capture",
     "backend_capture",
@@ -122,10 +134,12 @@ __all__ = [
     "check_torch_version",
     "caching_precompile",
     "changed_sources",
+    "check_loaded_entry",
     "CompiledFxGraph",
     "CompilePackage",
     "comprehension_functions",
     "counters",
+    "cpu_capability",
     "debug_info",
     "default_dynamo_dir",
     "deferred_full_gc",
@@ -143,6 +157,7 @@ __all__ = [
     "guard_state_reducers",
     "guarded_variants",
     "in_process_kernel_loads",
+    "initialized_accelerators",
     "inductor_cache_dir",
     "innermost_fn",
     "install_hardening",
@@ -190,6 +205,7 @@ __all__ = [
     "TORCH_MARKS_PROBES",
     "NEWEST_TESTED",
     "OLDEST_SUPPORTED",
+    "TORCH_GIT",
     "TORCH_VERSION",
     "triton_bundle",
     "TRITON_BUNDLE_FIELD",

@@ -12,12 +12,29 @@ from typing import Any
 import torch
 import torch._dynamo.package as dynamo_package
 from torch._dynamo.package import CompilePackage, _DynamoCacheEntry
-from torch._dynamo.precompile_context import PrecompileContext
+from torch._dynamo.precompile_context import BackendCacheArtifact, PrecompileContext
 
 from .kernels import inductor_cache_dir
 from .patch import _Patch
 
 log = logging.getLogger(__name__)
+
+
+def check_loaded_entry(dynamo: Any, backends: dict[Any, Any]) -> None:
+    """Raise TypeError unless `dynamo` and `backends`, as unpickled from a
+    stored entry, have the types torch's install reads: a Dynamo cache entry
+    of code entries, and backend cache artifacts. Anything else would fail
+    inside torch (an AttributeError in the user's call)."""
+    if not isinstance(dynamo, _DynamoCacheEntry):
+        raise TypeError(f"the Dynamo record unpickled to {type(dynamo).__qualname__}, not a Dynamo cache entry")
+    codes = getattr(dynamo, "codes", None)
+    if not isinstance(codes, list) or not all(isinstance(c, dynamo_package._DynamoCodeCacheEntry) for c in codes):
+        raise TypeError("the Dynamo cache entry's codes are not Dynamo code entries")
+    if not isinstance(dynamo.device_type, str):
+        raise TypeError("the Dynamo cache entry's device type is not a string")
+    for bid, artifact in backends.items():
+        if not isinstance(artifact, BackendCacheArtifact):
+            raise TypeError(f"backend {bid} unpickled to {type(artifact).__qualname__}, not a backend artifact")
 
 
 def record_for_mega_cache(key: str, pickled_entry: bytes) -> None:

@@ -25,6 +25,7 @@ def _nothing_to_save() -> dict[str, Any]:
 def _report() -> dict[str, Any]:
     # Imported here: every other command runs without torch.
     from .. import _torch as tc
+    from ..entries import environment
 
     # Starting the patches the way install() does (and stopping them again)
     # is what tells an active patch from one this torch needs no adaptation for.
@@ -39,6 +40,8 @@ def _report() -> dict[str, Any]:
         "torch": tc.TORCH_VERSION,
         "triton": tc.TRITON_VERSION,
         "python": platform.python_version(),
+        # What this host's CPU entries are filed under (GPU entries add the device).
+        "environment": {"id": environment("cpu").id, **environment("cpu").to_json()},
         "patches": [s.to_json() for s in statuses],
     }
 
@@ -56,6 +59,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         f"Python {doc['python']}",
         soft_wrap=True,
     )
+    out.print(f"CPU entries are filed under environment {doc['environment']['id']}", soft_wrap=True)
     out.print(f"torch patches active on this host: {active} of {len(patches)}", soft_wrap=True)
     width = max(len(p["name"]) for p in patches)
     for p in patches:

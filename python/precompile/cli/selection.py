@@ -40,6 +40,7 @@ def entry_info(src: Source, digest: str) -> dict[str, Any] | None:
         "device": entry.device_type,
         "torch": entry.torch,
         "triton": entry.triton,
+        "env": None if entry.env is None else entry.env.to_json(),
         "backends": len(entry.backends),
     }
 
