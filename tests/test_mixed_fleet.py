@@ -57,15 +57,19 @@ def _pythonpath(env: dict[str, str]) -> None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH", "")) if p)
 
 
-def host(python: str, store: Path, remote: str | None, work: Path) -> dict[str, Any]:
-    """One fresh host process: its own Inductor and Triton caches under `work`."""
+def host(python: str, store: Path, remote: str | None, work: Path, key: tuple[str, str]) -> dict[str, Any]:
+    """One fresh host process: its own Inductor and Triton caches under `work`;
+    it signs what it pushes with the fleet key `key` and trusts that key."""
     work.mkdir(parents=True)
     env = dict(os.environ)
     env.update(
         TORCHINDUCTOR_CACHE_DIR=str(work / "inductor"),
         TRITON_CACHE_DIR=str(work / "triton"),
         PYTHONWARNINGS="default",
+        PRECOMPILE_SIGNING_KEY=key[0],
+        PRECOMPILE_TRUSTED_KEYS=key[1],
     )
+    env.pop("PRECOMPILE_ALLOW_UNSIGNED", None)
     env.pop("PRECOMPILE_REMOTE", None)
     _pythonpath(env)
     out = work / "result.json"
@@ -91,14 +95,14 @@ def _compiled_nothing(r: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(redis_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def fleet(redis_factory: Any, tmp_path_factory: pytest.TempPathFactory, fleet_key: tuple[str, str]) -> dict[str, Any]:
     """Each version compiled once into one shared store dir, pushing to one remote."""
     pythons = {"this": sys.executable, "other": _other_python()}
     server = redis_factory()
     root = tmp_path_factory.mktemp("mixed-fleet")
     shared = root / "shared-store"
-    built = {name: host(py, shared, server.url, root / f"build-{name}") for name, py in pythons.items()}
-    return {"pythons": pythons, "server": server, "root": root, "shared": shared, "built": built}
+    built = {name: host(py, shared, server.url, root / f"build-{name}", fleet_key) for name, py in pythons.items()}
+    return {"pythons": pythons, "server": server, "root": root, "shared": shared, "built": built, "key": fleet_key}
 
 
 def test_both_versions_file_the_same_function_under_their_own_environment(fleet: dict[str, Any]) -> None:
@@ -122,7 +126,7 @@ def test_a_store_dir_shared_by_two_torch_versions_keeps_both_entries(fleet: dict
         # A fresh host (fresh Inductor cache) on a copy of the shared store.
         store = tmp_path / f"{name}-store"
         shutil.copytree(fleet["shared"], store)
-        r = host(python, store, None, tmp_path / name)
+        r = host(python, store, None, tmp_path / name, fleet["key"])
         _compiled_nothing(r)
         assert r["output"] == built[name]["output"]
     assert {name: shared.get_ref(r["ref"]) for name, r in built.items()} == refs
@@ -136,7 +140,7 @@ def test_fresh_hosts_of_each_version_warm_start_from_one_remote(fleet: dict[str,
     before = remote.ref_digests([r["ref"] for r in built.values()])
     assert all(before.values()) and len(set(before.values())) == 2
     for name, python in fleet["pythons"].items():
-        r = host(python, tmp_path / f"{name}-store", fleet["server"].url, tmp_path / name)
+        r = host(python, tmp_path / f"{name}-store", fleet["server"].url, tmp_path / name, fleet["key"])
         _compiled_nothing(r)
         assert r["output"] == built[name]["output"]
         assert counter(r, "precompile", "miss_env_mismatch") == 0
