@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _torch as tc
 from . import explain, host_keys, restore
-from .context import PrecompileWarning, SaveReport, save_context, stitch
+from .context import PrecompileWarning, SaveReport, complete_backends, save_context, stitch
 from .entries import REF_PREFIX, fetch_entry, put_entry, ref_name
 from .paths import default_store_path
 from .protocols import ReadStore, WriteStore
@@ -102,9 +102,12 @@ class StoreDynamoCache(tc.DynamoStore):
     def save_cache_entry(self, cache_entry: tc.DynamoCacheEntry, key: str) -> None:
         """Save one entry with backends from PrecompileContext.
 
-        Unlike torch's, a backend PrecompileContext never recorded is reported
-        (see `context.stitch`) rather than failing the save.
+        A training graph whose backward never ran is completed first (see
+        `context.complete_backends`). Unlike torch's, a backend
+        PrecompileContext never recorded is reported (see `context.stitch`)
+        rather than failing the save.
         """
+        complete_backends([cache_entry])
         self.write(stitch(cache_entry)[0], key)
 
     def save(self, package: tc.CompilePackage) -> None:
@@ -299,12 +302,14 @@ def save() -> SaveReport:
     return _save()
 
 
-def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = None) -> SaveReport:
+def _save(
+    on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = None, *, at_exit: bool = False
+) -> SaveReport:
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
         cache = _active.cache
-    report = save_context(cache.writable, on_written)
+    report = save_context(cache.writable, on_written, at_exit=at_exit)
     cache.push(list(report.entries))
     return report
 
@@ -316,6 +321,6 @@ def _save_at_exit() -> None:
     if not tc.recorded_entries():
         return
     try:
-        save()
+        _save(at_exit=True)
     except Exception as e:  # at exit there is no caller to raise to
         warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
