@@ -99,7 +99,9 @@ def complete_backends(dynamo_entries: Any, *, at_exit: bool = False) -> None:
     and torch's compile workers are gone.
     """
     backends = recorded_backends()
-    missing = {bid for entry in dynamo_entries for code in entry.codes for bid in code.backend_ids} - set(backends)
+    # A code torch bypassed (a guard it cannot serialize) loads without its graphs anyway.
+    named = {bid for entry in dynamo_entries for code in entry.codes if not code.bypassed for bid in code.backend_ids}
+    missing = named - set(backends)
     _, failed = compile_pending(missing, in_process=at_exit)
     for failure in failed:
         counters["precompile"]["backward_compile_failed"] += 1
