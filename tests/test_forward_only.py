@@ -71,3 +71,39 @@ def test_backward_in_a_later_process_loads_and_matches_eager(tmp_path: Path) -> 
         torch.testing.assert_close(grad, eager_grad)
     # The backward came from the store with the forward.
     assert_compiled_nothing(b)
+
+
+def _tanh_weighted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).tanh().sum(0)
+
+
+def test_a_backward_that_fails_at_save_is_reported_and_compiles_when_backward_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No C++ compiler at the save: the graph is saved without its backend,
+    with a warning, and a later backward call compiles as torch does."""
+    from support.torch_contract import forget
+    from torch._dynamo.utils import counters
+    from torch._inductor import config
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    forget(_tanh_weighted)
+    x, w = torch.randn(3, 4), torch.randn(4, requires_grad=True)
+    try:
+        with precompile.installed(tmp_path / "store", save_on_exit=False):
+            out = torch.compile(_tanh_weighted)(x, w)
+            no_compiler = config.patch({"cpp.cxx": (None, str(tmp_path / "no-such-c++"))})
+            with no_compiler, pytest.warns(precompile.PrecompileWarning) as warned:
+                report = precompile.save()
+            messages = [str(w.message) for w in warned]
+            assert any(m.startswith("_tanh_weighted: compiling the backward") and "C++" in m for m in messages), (
+                messages
+            )
+            assert any("never recorded" in m for m in messages), messages
+            assert report.missing_backends == 1
+            assert counters["precompile"]["backward_compile_failed"] == 1
+            out.sum().backward()
+            assert w.grad is not None
+            torch.testing.assert_close(w.grad, (x * (1 - (x * w.detach()).tanh() ** 2)).sum(0))
+    finally:
+        forget(_tanh_weighted)

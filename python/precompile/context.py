@@ -100,15 +100,21 @@ def complete_backends(dynamo_entries: Any, *, at_exit: bool = False) -> None:
     """
     backends = recorded_backends()
     # A code torch bypassed (a guard it cannot serialize) loads without its graphs anyway.
-    named = {bid for entry in dynamo_entries for code in entry.codes if not code.bypassed for bid in code.backend_ids}
-    missing = named - set(backends)
+    named = {
+        bid: entry.fn_name
+        for entry in dynamo_entries
+        for code in entry.codes
+        if not code.bypassed
+        for bid in code.backend_ids
+    }
+    missing = set(named) - set(backends)
     _, failed = compile_pending(missing, in_process=at_exit)
     for failure in failed:
         counters["precompile"]["backward_compile_failed"] += 1
         warnings.warn(
             PrecompileWarning(
-                f"backend {failure.backend_id}: compiling its backward for the save failed "
-                f"({failure.reason}); it is saved without it"
+                f"{named[failure.backend_id]}: compiling the backward of backend {failure.backend_id} "
+                f"for the save failed ({failure.reason}); it is saved without it"
             ),
             stacklevel=4,
         )
