@@ -61,13 +61,12 @@ class _OnceCompiler:
         self._compiled: Any = None
         self._lock = threading.Lock()
 
-    @property
-    def done(self) -> bool:
-        return self._compiled is not None
-
-    def __call__(self, module: Any, placeholders: Any) -> Any:
+    def __call__(self, module: Any, placeholders: Any, prepare: Callable[[], None] | None = None) -> Any:
+        """The compiled backward; `prepare` runs first if this call compiles."""
         with self._lock:
             if self._compiled is None:
+                if prepare is not None:
+                    prepare()
                 self._compiled = self._compile(module, placeholders)
             return self._compiled
 
@@ -227,17 +226,22 @@ def _compile(info: Any, pending: _Pending) -> None:
         # bucket per backward call: compiling one here would take a bucket
         # the real backward needs.
         raise RuntimeError("a DDPOptimizer graph compiles its backward only when backward runs")
-    # The variant torch compiles for a first backward that keeps its graph
-    # (retain_graph=True): with no donated buffers, every later backward
-    # call works, whichever way it is made, here and where it is loaded.
-    pending.fw_metadata.bw_donated_idxs = []
-    saved_metadata = getattr(context, "fw_metadata", None)
-    if saved_metadata is not None and hasattr(saved_metadata, "bw_donated_idxs"):
-        saved_metadata.bw_donated_idxs = []
+
+    def without_donated_buffers() -> None:
+        # The variant torch compiles for a first backward that keeps its
+        # graph (retain_graph=True): with no donated buffers, every later
+        # backward call works, whichever way it is made, here and where it is
+        # loaded. Only for a compile made here: a backward torch compiled
+        # keeps the metadata it was compiled with.
+        pending.fw_metadata.bw_donated_idxs = []
+        saved_metadata = getattr(context, "fw_metadata", None)
+        if saved_metadata is not None and hasattr(saved_metadata, "bw_donated_idxs"):
+            saved_metadata.bw_donated_idxs = []
+
     autocast = torch._C._DisableAutocast if pending.disable_amp else contextlib.nullcontext
     start = time.perf_counter()
     with tracing(context), compile_context(info.saved_compile_context), autocast():
-        compiled = pending.compiler(copy.deepcopy(info.bw_module), info.placeholder_list)
+        compiled = pending.compiler(copy.deepcopy(info.bw_module), info.placeholder_list, without_donated_buffers)
         pending.try_save_cache_entry(compiled, info.bw_module, pending.fw_metadata, pending.aot_config)
     counters["precompile"]["backward_compiled_at_save"] += 1
     counters["precompile"]["backward_compile_at_save_ms"] += round((time.perf_counter() - start) * 1000)
