@@ -313,3 +313,37 @@ def test_guard_state_handoff_gives_install_the_checked_state(store: Path) -> Non
         checked = tc.load_guards_state(data)
         again = dynamo_package.load_guards_state(data)
         assert again == checked and again is not checked
+
+
+def _weighted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return (x * w).sin().sum(0)
+
+
+def _weighted_cos(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    # Another graph: AOTAutogradCache holds none for it, forward or backward.
+    return (x * w).cos().sum(0)
+
+
+def test_pending_backwards_compile_at_save_a_backward_that_never_ran(store: Path) -> None:
+    """`w` requires grad: a training graph, whose backward torch compiles on
+    the first backward call. The save compiles it instead, and a backward
+    call afterwards uses that compile."""
+    require(tc.pending_backwards)
+    x, w = torch.randn(3, 4), torch.randn(4, requires_grad=True)
+    out = torch.compile(_weighted)(x, w)
+    report = precompile.save()
+    assert report.missing_backends == 0 and report.backends == 1
+    assert counters["precompile"]["backward_compiled_at_save"] == 1
+    compiled = counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_hit"]
+    out.sum().backward()
+    assert counters["inductor"]["fxgraph_cache_miss"] + counters["inductor"]["fxgraph_cache_hit"] == compiled
+    assert w.grad is not None
+    torch.testing.assert_close(w.grad, (x * (x * w.detach()).cos()).sum(0))
+
+    forget(_weighted)
+    with off(tc.pending_backwards):
+        torch.compile(_weighted_cos)(x, w)
+        with pytest.warns(precompile.PrecompileWarning, match="never recorded"):
+            report = precompile.save()
+    assert report.missing_backends == 1
+    forget(_weighted_cos)

@@ -4,9 +4,12 @@ While torch compiles with `caching_precompile`, PrecompileContext collects
 Dynamo entries (one per compiled function) and backend artifacts (one per
 compiled graph). Saving stitches each Dynamo entry to the backends it names.
 torch's own stitching serializes a backend once per entry that uses it and,
-when a backend was never recorded (say, a training graph whose backward never
-ran), logs and quietly drops that code. Here every backend is stored once by
-content, and a missing one is reported with a warning and a counter.
+when a backend was never recorded, logs and quietly drops that code. Here
+every backend is stored once by content. A training graph whose backward never
+ran has no backend recorded (AOTAutograd records the graph when it compiles
+the backward, on the first backward call): the save compiles that backward
+first, so the graph is stored. A backend still missing is reported with a
+warning and a counter.
 """
 
 from __future__ import annotations
@@ -17,7 +20,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ._core import StoreError
-from ._torch import PrecompileCacheEntry, bypassed_copy, counters, recorded_backends, recorded_entries
+from ._torch import (
+    PrecompileCacheEntry,
+    bypassed_copy,
+    compile_pending,
+    counters,
+    recorded_backends,
+    recorded_entries,
+)
 from .entries import SaveMemo, entry_ref, put_entry
 from .protocols import WriteStore
 from .warning import PrecompileWarning
@@ -25,6 +35,7 @@ from .warning import PrecompileWarning
 __all__ = [
     "PrecompileWarning",
     "SaveReport",
+    "complete_backends",
     "create_cache_entries",
     "save_context",
     "stitch",
@@ -68,9 +79,8 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
             counters["precompile"]["missing_backend"] += len(missing)
             warnings.warn(
                 PrecompileWarning(
-                    f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded "
-                    "(for a training graph: did backward run?); this code will "
-                    "compile again when loaded"
+                    f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded; "
+                    "this code will compile again when loaded"
                 ),
                 stacklevel=3,
             )
@@ -82,10 +92,43 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
     return entry, missing_total
 
 
-def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
+def complete_backends(dynamo_entries: Any, *, at_exit: bool = False) -> None:
+    """Have torch record the backends of graphs whose backward never ran.
+
+    Each such backward is compiled now, as torch's first backward call would
+    compile it (see `_torch.pending_backwards`). One that fails to compile
+    is reported with a PrecompileWarning and
+    `counters["precompile"]["backward_compile_failed"]`; its code is then
+    saved as a missing backend's is. `at_exit`: the interpreter is exiting,
+    and torch's compile workers are gone.
+    """
+    backends = recorded_backends()
+    # A code torch bypassed (a guard it cannot serialize) loads without its graphs anyway.
+    named = {
+        bid: entry.fn_name
+        for entry in dynamo_entries
+        for code in entry.codes
+        if not code.bypassed
+        for bid in code.backend_ids
+    }
+    missing = set(named) - set(backends)
+    _, failed = compile_pending(missing, in_process=at_exit)
+    for failure in failed:
+        counters["precompile"]["backward_compile_failed"] += 1
+        warnings.warn(
+            PrecompileWarning(
+                f"{named[failure.backend_id]}: compiling the backward of backend {failure.backend_id} "
+                f"for the save failed ({failure.reason}); it is saved without it"
+            ),
+            stacklevel=4,
+        )
+
+
+def create_cache_entries(*, at_exit: bool = False) -> tuple[dict[str, PrecompileCacheEntry], int]:
     """Stitch all of PrecompileContext's records; returns entries and missing count."""
     entries: dict[str, PrecompileCacheEntry] = {}
     missing_total = 0
+    complete_backends(list(recorded_entries().values()), at_exit=at_exit)
     for key, dynamo_entry in recorded_entries().items():
         entries[key], missing = stitch(dynamo_entry)
         missing_total += missing
@@ -93,7 +136,10 @@ def create_cache_entries() -> tuple[dict[str, PrecompileCacheEntry], int]:
 
 
 def save_context(
-    store: WriteStore, on_written: Callable[[str, PrecompileCacheEntry], None] | None = None
+    store: WriteStore,
+    on_written: Callable[[str, PrecompileCacheEntry], None] | None = None,
+    *,
+    at_exit: bool = False,
 ) -> SaveReport:
     """Write every entry PrecompileContext holds to `store`.
 
@@ -102,9 +148,10 @@ def save_context(
     carry) is skipped with a PrecompileWarning and counted
     (`counters["precompile"]["save_skipped"]`); the other entries are saved,
     and the skipped function compiles on the next start, as with no store.
-    The store's own errors (disk full, permissions) are raised.
+    The store's own errors (disk full, permissions) are raised. `at_exit`:
+    the save runs as the interpreter exits.
     """
-    entries, missing = create_cache_entries()
+    entries, missing = create_cache_entries(at_exit=at_exit)
     memo = SaveMemo()
     written = {}
     refs = {}

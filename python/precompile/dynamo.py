@@ -21,7 +21,7 @@ from typing import Any
 
 from . import _torch as tc
 from . import explain, host_keys, restore
-from .context import PrecompileWarning, SaveReport, save_context, stitch
+from .context import PrecompileWarning, SaveReport, complete_backends, save_context, stitch
 from .entries import REF_PREFIX, entry_ref, fetch_entry, find_entry, lookup_refs, put_entry
 from .paths import default_store_path
 from .protocols import ReadStore, WriteStore
@@ -120,9 +120,12 @@ class StoreDynamoCache(tc.DynamoStore):
     def save_cache_entry(self, cache_entry: tc.DynamoCacheEntry, key: str) -> None:
         """Save one entry with backends from PrecompileContext.
 
-        Unlike torch's, a backend PrecompileContext never recorded is reported
-        (see `context.stitch`) rather than failing the save.
+        A training graph whose backward never ran is completed first (see
+        `context.complete_backends`). Unlike torch's, a backend
+        PrecompileContext never recorded is reported (see `context.stitch`)
+        rather than failing the save.
         """
+        complete_backends([cache_entry])
         self.write(stitch(cache_entry)[0], key)
 
     def save(self, package: tc.CompilePackage) -> None:
@@ -359,14 +362,16 @@ def save() -> SaveReport:
     return _save()
 
 
-def _save(on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = None) -> SaveReport:
+def _save(
+    on_written: Callable[[str, tc.PrecompileCacheEntry], None] | None = None, *, at_exit: bool = False
+) -> SaveReport:
     with _lock:
         if _active is None:
             raise RuntimeError("precompile is not installed; call precompile.install() first")
         cache = _active.cache
     if disabled():
         return SaveReport(entries={}, backends=0, unique_backends=0, missing_backends=0)
-    report = save_context(cache.writable, on_written)
+    report = save_context(cache.writable, on_written, at_exit=at_exit)
     explain.counts.add("saves", len(report.entries))
     explain.counts.flush()
     cache.push(list(report.refs.values()))
@@ -379,7 +384,7 @@ def _save_at_exit() -> None:
         return
     if active.save_on_exit and tc.recorded_entries():
         try:
-            save()
+            _save(at_exit=True)
         except Exception as e:  # at exit there is no caller to raise to
             warnings.warn(PrecompileWarning(f"saving precompile entries at exit failed: {e}"), stacklevel=1)
     # What this process counted goes into the store's stats (`precompile stats`).

@@ -98,8 +98,9 @@ def shared():
 
 
 def forward_only():
-    # A training graph whose backward never runs: its backend is never
-    # recorded, which a save must report.
+    # A training graph whose backward never runs: the save compiles the
+    # backward (with `pending_backwards` off, its backend is never recorded,
+    # which the save must report).
     model = MLP()
     fn = torch.compile(model)
     return [fn(torch.randn(4, 16)).detach()]

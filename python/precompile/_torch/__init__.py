@@ -11,6 +11,7 @@ which versions need it and how it steps aside. Supported: torch >= 2.11.
 from __future__ import annotations
 
 from .aliases import alias_target, module_alias_recorder, object_aliases
+from .backward import BackwardFailure, compile_pending, pending_backwards
 from .classes import (
     BackendCacheArtifact,
     BundledAOTAutogradCacheArtifact,
@@ -127,6 +128,7 @@ __all__ = [
     "backend_capture",
     "backend_setup_gc",
     "BackendCacheArtifact",
+    "BackwardFailure",
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",
     "bypassed_copy",
@@ -137,6 +139,7 @@ __all__ = [
     "check_loaded_entry",
     "CompiledFxGraph",
     "CompilePackage",
+    "compile_pending",
     "comprehension_functions",
     "counters",
     "cpu_capability",
@@ -176,6 +179,7 @@ __all__ = [
     "PackageError",
     "patches",
     "patches_off",
+    "pending_backwards",
     "PatchStatus",
     "picklable_triton_bundle",
     "PrecompileCacheEntry",

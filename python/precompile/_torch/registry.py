@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .aliases import module_alias_recorder, object_aliases
+from .backward import pending_backwards
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
 from .guard_logs import dropped_guard_notes
@@ -41,6 +42,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("autotune_capture", autotune_capture),
     ("guard_evaluation", guard_evaluation),
     ("backend_capture", backend_capture),
+    ("pending_backwards", pending_backwards),
     ("object_aliases", object_aliases),
     ("install_hardening", install_hardening),
     ("unbuildable_guards", unbuildable_guards),
