@@ -103,3 +103,16 @@ def test_the_warning_class_imports_no_torch() -> None:
     env = {**os.environ, "PYTHONPATH": str(PYTHON)}
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.torch
+def test_installed_takes_exactly_the_keywords_of_install() -> None:
+    import inspect
+
+    import precompile
+
+    def keywords(fn: object) -> list[tuple[str, object, object]]:
+        params = inspect.signature(fn).parameters.values()  # type: ignore[arg-type]
+        return [(p.name, p.kind, p.default) for p in params]
+
+    assert keywords(precompile.installed) == keywords(precompile.install)

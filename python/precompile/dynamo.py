@@ -339,6 +339,8 @@ def installed(
     enable: bool = True,
     save_on_exit: bool = True,
     trusted_keys: Sequence[str | os.PathLike[str]] | None = None,
+    allow_unsigned: bool | None = None,
+    signing_key: str | os.PathLike[str] | None = None,
     shared_store: bool = False,
 ) -> Iterator[StoreDynamoCache]:
     """`install()` for the duration of a `with` block (the same arguments)."""
@@ -349,6 +351,8 @@ def installed(
         enable=enable,
         save_on_exit=save_on_exit,
         trusted_keys=trusted_keys,
+        allow_unsigned=allow_unsigned,
+        signing_key=signing_key,
         shared_store=shared_store,
     )
     try:
