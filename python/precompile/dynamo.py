@@ -157,7 +157,11 @@ class StoreDynamoCache(tc.DynamoStore):
         if found is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             remote = getattr(self.store, "remote", None)
-            refused = None if remote is None else next(filter(None, map(remote.refusal, lookup_refs(key))), None)
+            refused = (
+                None
+                if remote is None
+                else next(filter(None, map(remote.refusal, lookup_refs(key, start_devices=False))), None)
+            )
             if refused is not None:
                 explain.miss("untrusted", key, f"the remote's entry was refused: {refused}; compiling instead", fn=fn)
             else:

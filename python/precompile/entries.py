@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from . import host_keys, kernels, module_aliases, triton_stubs
@@ -33,6 +34,7 @@ from ._torch import (
     inductor_cache_dir,
     initialized_accelerators,
     isa_probe_libraries,
+    startable_accelerators,
     torch_marks_loaded_probes,
 )
 from .artifacts import StoredBackendArtifact
@@ -126,11 +128,21 @@ def entry_ref(key: str, device_type: str) -> str:
     return ref_name(key, environment(device_type).id)
 
 
-def lookup_refs(key: str) -> list[str]:
+def lookup_refs(key: str, *, start_devices: bool = True) -> Iterator[str]:
     """The refs this process may load `key` from, best first: an entry for an
-    accelerator the process has initialized, then a CPU entry. An accelerator
-    the process has not touched is not asked about (that would start it)."""
-    return [entry_ref(key, d) for d in [*initialized_accelerators(), "cpu"]]
+    accelerator the process has initialized, then a CPU entry, then (with
+    `start_devices`) one for an accelerator present but not started yet.
+
+    The last are asked about only when the others missed, and lazily: naming
+    their environment starts the device, which a GPU model whose first
+    compiled call starts CUDA itself (inputs moved inside the function) needs,
+    and a CPU model served by its CPU entry never pays for.
+    """
+    for device in [*initialized_accelerators(), "cpu"]:
+        yield entry_ref(key, device)
+    if start_devices:
+        for device in startable_accelerators():
+            yield entry_ref(key, device)
 
 
 def find_entry(store: ReadStore, key: str) -> tuple[str, str] | None:

@@ -183,7 +183,7 @@ def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
                 index.setdefault(parsed[1], []).append((parsed[0], name))
         with _warned:
             _others[id(store)] = index
-    mine = set(entries.lookup_refs(key))
+    mine = set(entries.lookup_refs(key, start_devices=False))
     return [(env, name) for env, name in index.get(key, []) if name not in mine]
 
 

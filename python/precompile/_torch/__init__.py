@@ -116,6 +116,7 @@ from .versions import (
     check_torch_version,
     cpu_capability,
     initialized_accelerators,
+    startable_accelerators,
 )
 
 __all__ = [
@@ -161,6 +162,7 @@ __all__ = [
     "guarded_variants",
     "in_process_kernel_loads",
     "initialized_accelerators",
+    "startable_accelerators",
     "inductor_cache_dir",
     "innermost_fn",
     "install_hardening",

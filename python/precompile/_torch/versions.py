@@ -113,6 +113,22 @@ def accelerator_capability(device_type: str) -> str | None:
     return device_type
 
 
+def startable_accelerators() -> list[str]:
+    """The accelerator device types present here that this process has not
+    initialized yet: asking for their capability starts them."""
+    found = []
+    initialized = initialized_accelerators()
+    for name in ("cuda", "xpu"):
+        module = getattr(torch, name, None)
+        is_available = getattr(module, "is_available", None)
+        try:
+            if name not in initialized and is_available is not None and is_available():
+                found.append(name)
+        except Exception:  # a broken driver: no accelerator entries here
+            continue
+    return found
+
+
 def initialized_accelerators() -> list[str]:
     """The accelerator device types this process has already initialized."""
     found = []
