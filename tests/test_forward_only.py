@@ -39,6 +39,8 @@ def test_readme_sample_as_written_warm_starts(tmp_path: Path) -> None:
     a = _run("readme", "compile", store, tmp_path)
     _assert_backward_compiled_at_save(a)
     assert a["compiler_runs"], "the first process compiles"
+    # The sample's install() used the default store, which is this test's.
+    assert precompile.Store(str(store)).refs("dynamo/"), "the entry is in the test's store"
     b = _run("readme", "load", store, tmp_path)
     assert len(b["outputs"]) == 1
     assert_same_outputs(a["outputs"], b["outputs"])

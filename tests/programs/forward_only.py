@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+import os
 import pathlib
 import sys
 
@@ -75,6 +76,8 @@ def readme(mode: str, store: str) -> list[torch.Tensor]:
     later.body = imports + later.body
     tree = _Capture(store).visit(first if mode.startswith("compile") else later)
     ast.fix_missing_locations(tree)
+    # The sample's `install()` takes the default store: this test's, here.
+    os.environ["PRECOMPILE_STORE"] = store
     values: list[object] = []
     namespace = {"MyModel": MyModel, "example_input": torch.randn(4, 16), "_values": values}
     exec(compile(tree, str(README), "exec"), namespace)
