@@ -255,7 +255,7 @@ def test_show_and_rm_name_entries_by_function_or_digest_prefix(
     # A copy: rm must not empty the module's shared store.
     root = tmp_path / "store"
     assert run_precompile("--store", compiled_store[0], "export", tmp_path / "all.bundle").returncode == 0
-    assert run_precompile("--store", root, "import", tmp_path / "all.bundle").returncode == 0
+    assert run_precompile("--store", root, "import", "--allow-unsigned", tmp_path / "all.bundle").returncode == 0
     store = Store(root)
     (ref,) = store.refs("dynamo/")
     digest = store.get_ref(ref)

@@ -9,6 +9,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.processes import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / "python"
@@ -100,8 +101,8 @@ def test_correct_use_of_the_public_api_type_checks(tmp_path: Path) -> None:
 
 def test_the_warning_class_imports_no_torch() -> None:
     code = "import sys\nfrom precompile import PrecompileWarning\nassert 'torch' not in sys.modules, 'torch imported'\n"
-    env = {**os.environ, "PYTHONPATH": str(PYTHON)}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    # The tested package, wherever it is installed (its binary module is built there).
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), timeout=120)
     assert r.returncode == 0, r.stderr
 
 

@@ -301,7 +301,9 @@ def _garble(rng: random.Random, client: Any, keys: list[bytes]) -> None:
 
 
 @pytest.mark.slow
-def test_the_layer_against_garbage_in_a_real_redis(redis_server: Any, fast_dir: Path, unexpected: Any) -> None:
+def test_the_layer_against_garbage_in_a_real_redis(
+    redis_server: Any, fast_dir: Path, unexpected: Any, signed_fleet: tuple[str, str]
+) -> None:
     print(f"remote fuzz seed {SEED} (PRECOMPILE_FUZZ_SEED={SEED} repeats it)")
     source = Store(str(fast_dir / "source"))
     refs = make_entries(source, 2, shared_kib=4)

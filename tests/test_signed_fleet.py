@@ -300,13 +300,13 @@ def test_a_planted_entry_never_runs_inside_torch_compile(
     from torch._dynamo.utils import counters
 
     from precompile import _torch as tc
-    from precompile.entries import ref_name
+    from precompile.entries import entry_ref, environment
     from precompile.schema import EntryMeta, PickledRef, SourceLocation
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.delenv("PRECOMPILE_SIGNING_KEY", raising=False)
     key = tc.source_id_from_fn(_double_plus_one)
-    name = ref_name(key)
+    name = entry_ref(key, "cpu")
     marker = tmp_path / "payload-ran"
     evil = Store(tmp_path / "evil")
     record = evil.put(pickle.dumps(_Payload(str(marker))))
@@ -318,6 +318,7 @@ def test_a_planted_entry_never_runs_inside_torch_compile(
         source=SourceLocation("_double_plus_one", None, None),
         dynamo=PickledRef(record),
         backends={},
+        env=environment("cpu"),
     ).to_json()
     evil.set_ref(name, evil.put_manifest([record], meta))
     _plant(Remote(redis_server.url), evil, name, evil.get_ref(name) or "")
