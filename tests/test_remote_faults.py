@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.processes import PACKAGE_ROOT, run_precompile
+from support.processes import PACKAGE_ROOT, child_env, run_precompile
 from support.redis_servers import free_port
 from support.resp_server import Reply, StandInServer, array, bulk, handshake, integer
 from support.synthetic import blob_bytes, make_entries
@@ -259,3 +259,50 @@ def test_the_password_is_never_shown(redis_factory: Any, tmp_path: Path, caplog:
     shown += [r.getMessage() for r in caplog.records]
     assert not [s for s in shown if secret in s]
     assert any("default:***@" in s for s in shown)
+
+
+_WITHOUT_REDIS = """
+import sys, warnings
+
+class Hide:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "redis":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, Hide())
+import torch
+from torch._dynamo.utils import counters
+
+import precompile
+
+
+def double_plus_one(x):
+    return x * 2 + 1
+
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    precompile.install(sys.argv[1], remote="redis://127.0.0.1:1/0", save_on_exit=False)
+    torch.compile(double_plus_one)(torch.arange(4.0))
+    report = precompile.save()
+texts = [str(w.message) for w in caught if isinstance(w.message, precompile.PrecompileWarning)]
+print(len(report.entries), counters["precompile"]["miss_load_error"], sum("redis package" in t for t in texts))
+"""
+
+
+@pytest.mark.torch
+def test_without_the_redis_package_a_host_saves_locally_and_warns_once(
+    tmp_path: Path, signed_fleet: tuple[str, str]
+) -> None:
+    # A host configured with a remote but without the `[remote]` extra: no
+    # load error, no failed save, one warning that names what is missing.
+    program = tmp_path / "host.py"
+    program.write_text(_WITHOUT_REDIS)
+    env = child_env({"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")})
+    proc = subprocess.run(
+        [sys.executable, str(program), str(tmp_path / "store")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["1", "0", "1"], proc.stdout + proc.stderr[-3000:]
+    assert Store(str(tmp_path / "store")).refs("dynamo/"), "the local save went through"

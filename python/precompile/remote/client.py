@@ -102,6 +102,17 @@ def _shut_sockets(client: Any) -> None:
             pool.disconnect(inuse_connections=True)
 
 
+def _faults() -> tuple[type[BaseException], ...]:
+    """What redis-py raises for a fault of the server or the network. Looked
+    up only once a round trip failed: without the redis package the client
+    itself refuses first, with a `RemoteError` that says what to install."""
+    try:
+        import redis
+    except ImportError:
+        return (OSError,)
+    return (redis.RedisError, redis.exceptions.RedisClusterException, OSError)
+
+
 class Remote:
     """Objects and refs on a Redis server or cluster.
 
@@ -163,8 +174,6 @@ class Remote:
 
     def _run(self, fn: Callable[[], Any], moves: int = 0) -> Any:
         """Run one round trip under its deadline; every fault becomes a `RemoteError`."""
-        import redis
-
         limit = self.timeout + moves / _MIN_RATE
         try:
             client = self._client
@@ -178,7 +187,7 @@ class Remote:
         except RemoteError:
             self.counters["errors"] += 1
             raise
-        except (redis.RedisError, redis.exceptions.RedisClusterException, OSError) as e:
+        except _faults() as e:
             self.counters["errors"] += 1
             raise RemoteError(f"remote {self.url}: {type(e).__name__}: {scrub(str(e), self._secrets)}") from None
         except Exception as e:  # a reply redis-py could not parse is nonsense, not a crash
