@@ -17,9 +17,21 @@ import sys
 import torch
 import precompile
 
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.relu(self.l(x))  # guards on the global `torch` and `torch.relu`
+
+
 precompile.install(sys.argv[1], save_on_exit=False)
 model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
 torch.compile(model)(torch.randn(2, 8))
+torch.compile(Net())(torch.randn(2, 8))
 """
 
 
@@ -40,3 +52,4 @@ def test_dropped_guards_on_imported_names_are_not_warned_about(tmp_path: Path) -
     # torch's own behaviour, with the patch turned off: one warning per guard.
     unpatched = _dropped_lines(tmp_path / "b", {"PRECOMPILE_PATCHES_OFF": "dropped_guard_notes"})
     assert any("MODULE_MATCH guard on G['__import_" in line for line in unpatched), unpatched
+    assert any("guard on G['torch']" in line for line in unpatched), unpatched

@@ -12,6 +12,10 @@ _DROPPED = "is dropped with caching_precompile=True"
 # Guards on these sources check the identity of a module, builtin or function
 # that generated code reaches by import or from builtins.
 _BY_NAME = ("G['__import_", "G['__builtins_dict___")
+# Guards that check a global's identity with a module or a builtin: a loading
+# process binds the function's globals by importing its module, which binds
+# the same modules and builtins by name again.
+_GLOBAL_MODULE_OR_BUILTIN = ("MODULE_MATCH", "BUILTIN_MATCH")
 
 log = logging.getLogger("precompile")
 
@@ -21,7 +25,8 @@ class _DroppedGuardFilter(logging.Filter):
         if _DROPPED not in str(record.msg) or not isinstance(record.args, tuple) or len(record.args) != 2:
             return True
         guard_type, name = record.args
-        if not str(name).startswith(_BY_NAME):
+        by_import = str(name).startswith(_BY_NAME)
+        if not by_import and not (guard_type in _GLOBAL_MODULE_OR_BUILTIN and str(name).startswith("G[")):
             return True
         log.debug("torch dropped the %s guard on %s (a name a loading process imports)", guard_type, name)
         return False
@@ -37,7 +42,10 @@ class _DroppedGuardNotes(_Patch):
     builtin or function that the generated code reaches by import: a process
     loading the entry binds those names by importing them again (see
     `precompile.module_aliases`), so the dropped identity check would hold
-    there anyway, and the warning says nothing to act on. While installed,
+    there anyway, and the warning says nothing to act on. The same holds for
+    MODULE_MATCH and BUILTIN_MATCH on a function's globals (`G['torch']`,
+    `G['torch'].relu`): the loading process binds them by importing the
+    function's module. While installed,
     those warnings go to the `precompile` logger at DEBUG; a dropped guard on
     anything else (a local object, a closure's value) is still torch's
     warning.
