@@ -32,13 +32,13 @@ def main() -> None:
     from torch._dynamo.utils import counters
 
     from precompile._torch import source_id_from_fn
-    from precompile.entries import lookup_refs
+    from precompile.entries import entry_ref
 
     key = source_id_from_fn(step)
     result = {
         "torch": torch.__version__,
         "key": key,
-        "ref": lookup_refs(key)[-1],
+        "ref": entry_ref(key, "cpu"),
         "output": y.tolist(),
         "saved": report.refs,
         "local_refs": cache.writable.refs("dynamo/"),
