@@ -297,3 +297,186 @@ def test_an_entry_that_unpickles_to_another_type_is_a_load_error(
     for x, y in zip(compiled_store[1]["outputs"], b["outputs"]):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
     assert "MISS    load_error: MLP.forward" in _explain(store, capsys)
+
+
+# -- misses that name which factor of the key differs --------------------------------
+
+KEYED = Path(__file__).resolve().parent / "programs" / "keyed_function.py"
+MODULE = "import torch\n\n\ndef f(x):\n    return torch.sin(x) + 1\n"
+# The same function two lines further down: lines above it were added.
+MOVED_DOWN = MODULE.replace("\n\ndef f", "\n\n\n\ndef f")
+EDITED = MODULE.replace("+ 1", "+ 2")
+
+
+def _run_keyed(store: Path, module_dir: Path, work: Path) -> dict:
+    import os
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    out = work / "result.json"
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(work / "inductor"), "PYTHONWARNINGS": "default"}
+    proc = subprocess.run(
+        [sys.executable, str(KEYED), str(store), str(module_dir), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-6000:]
+    result = json.loads(out.read_text())
+    result["stderr"] = proc.stderr
+    return result
+
+
+@pytest.fixture(scope="module")
+def keyed_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """A store that a first run of `kmodel.f`, checked out at `<work>/a`, filled."""
+    work = tmp_path_factory.mktemp("keyed")
+    (work / "a").mkdir()
+    (work / "a" / "kmodel.py").write_text(MODULE)
+    result = _run_keyed(work / "store", work / "a", work / "first")
+    return work / "store", result
+
+
+def _checkout(tmp_path: Path, name: str, text: str) -> Path:
+    directory = tmp_path / name
+    directory.mkdir()
+    (directory / "kmodel.py").write_text(text)
+    return directory
+
+
+@pytest.fixture
+def kmodel_at(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Imports `kmodel` from a checkout made with `text`, as a process run from there would."""
+    import importlib.util
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    counters.clear()
+
+    def load(name: str, text: str):
+        path = _checkout(tmp_path, name, text) / "kmodel.py"
+        spec = importlib.util.spec_from_file_location("kmodel", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "kmodel", module)
+        spec.loader.exec_module(module)
+        return module
+
+    yield load
+    PrecompileContext.clear()
+    torch._dynamo.reset()
+
+
+def _only_miss(store: Path) -> dict:
+    (miss,) = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    return miss
+
+
+def test_a_first_run_is_not_stored_and_quiet(keyed_store) -> None:
+    first = keyed_store[1]
+    assert counter(first, "precompile", "miss_not_stored") == 1
+    assert counter(first, "precompile", "frames_invalidated") == 0
+    assert "PrecompileWarning" not in first["stderr"]
+
+
+def test_a_moved_checkout_of_the_same_source_loads(keyed_store, kmodel_at, tmp_path: Path) -> None:
+    # torch keys a function by qualified name and first line, and checks its
+    # source by module and lines: another directory holding the same file is
+    # served.
+    store = _copy(keyed_store[0], tmp_path)
+    kmodel = kmodel_at("moved", MODULE)
+    with precompile.installed(store, save_on_exit=False) as cache:
+        assert cache.load(kmodel.f) is not None
+    assert counters["precompile"]["frames_loaded"] == 1
+    assert not [k for k in counters["precompile"] if k.startswith("miss_")]
+
+
+def test_lines_added_above_in_a_moved_checkout_name_line_and_file(
+    keyed_store, kmodel_at, tmp_path: Path, capsys
+) -> None:
+    store = _copy(keyed_store[0], tmp_path)
+    kmodel = kmodel_at("moved", MOVED_DOWN)
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="key_mismatch"),
+    ):
+        assert cache.load(kmodel.f) is None
+    miss = _only_miss(store)
+    assert miss["reason"] == "key_mismatch" and miss["factors"] == ["line", "file"]
+    assert "defined at line 4 when stored, line 6 here" in miss["detail"]
+    assert f"{keyed_store[0].parent / 'a' / 'kmodel.py'} stored, {tmp_path / 'moved' / 'kmodel.py'} here" in (
+        miss["detail"]
+    )
+    assert "other source" not in miss["detail"]
+    assert counters["precompile"]["frames_invalidated"] == 1
+    text = _explain(store, capsys)
+    assert "MISS    key_mismatch: f" in text
+    # The path is no part of the key: the compile is lost to the lines above.
+    assert "1 frame compiled that the store held for another line of its file" in text
+
+
+def test_an_edited_function_names_its_source_in_a_fresh_process(keyed_store, tmp_path: Path, capsys) -> None:
+    # Edited and moved down: another key, so before the key's parts were
+    # recorded this read `not_stored`, as on a first run.
+    store = _copy(keyed_store[0], tmp_path)
+    checkout = _checkout(tmp_path, "a", EDITED.replace("\n\ndef f", "\n\n\ndef f"))
+    b = _run_keyed(store, checkout, tmp_path / "second")
+    assert counter(b, "precompile", "miss_key_mismatch") == 1, b["counters"]
+    assert counter(b, "precompile", "frames_invalidated") == 1
+    assert "precompile miss (key_mismatch) for f" in b["stderr"]
+    assert "stored entry compiled from other source" in b["stderr"]
+    miss = _only_miss(store)
+    assert miss["factors"] == ["source", "line", "file"]  # this checkout is another directory too
+    text = _explain(store, capsys)
+    assert "1 frame compiled that the store held for other source" in text
+    capsys.readouterr()
+    assert cli.main(["--store", str(store), "stats", "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["frames_invalidated"] == 1 and stats["invalidated_by_factor"] == {"source": 1}
+    assert stats["misses_by_reason"]["key_mismatch"] == 1
+    assert cli.main(["--store", str(store), "stats"]) == 0
+    assert "1 frame compiled that the store held for other source" in capsys.readouterr().out
+
+
+def test_an_edit_that_keeps_the_key_counts_as_a_compile_lost_to_source(
+    keyed_store, kmodel_at, tmp_path: Path, capsys
+) -> None:
+    store = _copy(keyed_store[0], tmp_path)
+    kmodel = kmodel_at("a", EDITED)
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="source_changed"),
+    ):
+        assert cache.load(kmodel.f) is None
+    assert _only_miss(store)["factors"] == ["source"]
+    assert counters["precompile"]["frames_invalidated"] == 1
+    assert "1 frame compiled that the store held for other source" in _explain(store, capsys)
+
+
+def test_an_entry_of_another_torch_build_counts_as_a_compile_lost_to_it(
+    compiled_store, scenario, tmp_path: Path, capsys
+) -> None:
+    store = _copy(compiled_store[0], tmp_path)
+    ((key, digest),) = compiled_store[1]["report"]["entries"].items()
+    _refile(store, key, digest, torch_git="0123456789abcdef0123456789abcdef01234567")
+    with (
+        precompile.installed(store, save_on_exit=False) as cache,
+        pytest.warns(precompile.PrecompileWarning, match="env_mismatch"),
+    ):
+        assert cache.load(scenario.MLP.forward) is None
+    assert _only_miss(store)["factors"] == ["torch_git"]
+    assert counters["precompile"]["frames_invalidated"] == 1
+    assert "1 frame compiled that the store held for another torch build of its version" in _explain(store, capsys)
+
+
+def test_an_index_whose_entry_is_gone_is_not_a_candidate(keyed_store, kmodel_at, tmp_path: Path) -> None:
+    # The index outlives a deleted entry (`clear`, eviction): a miss then
+    # says `not_stored`, never naming an entry that is not there.
+    store = _copy(keyed_store[0], tmp_path)
+    s = precompile.Store(str(store))
+    for name in s.refs("dynamo/"):
+        s.delete_ref(name)
+    kmodel = kmodel_at("a", MOVED_DOWN)
+    with precompile.installed(store, save_on_exit=False) as cache:
+        assert cache.load(kmodel.f) is None  # filterwarnings=error: no warning
+    assert _only_miss(store)["reason"] == "not_stored"

@@ -33,12 +33,14 @@ from ._torch import (
     entry_source_location,
     inductor_cache_dir,
     initialized_accelerators,
+    innermost_fn,
     isa_probe_libraries,
     startable_accelerators,
     torch_marks_loaded_probes,
 )
 from .artifacts import StoredBackendArtifact
 from .environment import Environment
+from .key_parts import KeyParts, code_digest, index_ref
 from .protocols import ReadStore, WriteStore
 from .results import (
     StoredBackend,
@@ -48,7 +50,7 @@ from .results import (
     put_pickled,
     read_manifest,
 )
-from .schema import BackendUse, EntryMeta, PickledArtifactMeta, PickledRef, SourceLocation
+from .schema import BackendUse, EntryMeta, FnIndexMeta, PickledArtifactMeta, PickledRef, SourceLocation
 
 __all__ = [
     "REF_PREFIX",
@@ -57,6 +59,7 @@ __all__ = [
     "environment",
     "fetch_entry",
     "find_entry",
+    "key_parts_of",
     "lookup_refs",
     "parse_ref",
     "put_entry",
@@ -220,6 +223,7 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
             host_keys.record(store, gpu=True)
         stubs = memo.stubs
     qualname, source_file, line = entry_source_location(entry.dynamo)
+    parts = _key_parts(entry.dynamo, qualname, line)
     meta = EntryMeta(
         key=key,
         torch=TORCH_VERSION,
@@ -232,10 +236,51 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
         isa_loaded=memo.isa_loaded,
         triton_stubs=stubs,
         env=environment(entry.dynamo.device_type),
+        key_parts=parts,
     )
     digest = store.put_manifest(sorted(set(meta.children())), meta.to_json())
-    store.set_ref(entry_ref(key, entry.dynamo.device_type), digest)
+    name = entry_ref(key, entry.dynamo.device_type)
+    store.set_ref(name, digest)
+    index = index_ref(parts)
+    if index is not None:
+        record = FnIndexMeta(name, parts, environment(entry.dynamo.device_type))
+        store.set_ref(index, store.put_manifest([], record.to_json()))
     return digest
+
+
+def _key_parts(dynamo: Any, qualname: str | None, line: int | None) -> KeyParts:
+    """The parts of the key of the function `dynamo` was compiled from: its
+    own code is the one that starts at its first line (the others are
+    resume functions after graph breaks)."""
+    codes = list(getattr(dynamo, "codes", []))
+    main = next((c for c in codes if getattr(c.python_code, "co_firstlineno", None) == line), None)
+    if main is None and codes:
+        main = codes[0]
+    code = getattr(main, "python_code", None)
+    filename = getattr(code, "co_filename", None)
+    return KeyParts(
+        module=getattr(main, "python_module", None),
+        qualname=qualname,
+        file=filename if isinstance(filename, str) else None,
+        line=line,
+        code=code_digest(code) if code is not None else None,
+    )
+
+
+def key_parts_of(fn: Any) -> KeyParts | None:
+    """The key parts of the function `fn` (innermost, as torch keys it), or
+    None where it has no code."""
+    target = innermost_fn(fn)
+    code = getattr(target, "__code__", None)
+    if code is None:
+        return None
+    return KeyParts(
+        module=getattr(target, "__module__", None),
+        qualname=getattr(target, "__qualname__", None),
+        file=code.co_filename,
+        line=code.co_firstlineno,
+        code=code_digest(code),
+    )
 
 
 def read_entry_meta(store: ReadStore, digest: str) -> EntryMeta:

@@ -34,7 +34,6 @@ compiled in every process).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import warnings
@@ -42,8 +41,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _torch as tc
-from . import entries
-from .miss_log import MissLog
+from . import candidates, entries
+from .miss_log import INVALIDATED, MissLog, invalidation_factors
 from .protocols import ReadStore
 from .run_stats import RunStats
 from .warning import PrecompileWarning
@@ -138,6 +137,13 @@ def miss(
     """Record that the store did not serve `key` for `reason`."""
     tc.counters["precompile"][f"miss_{reason}"] += 1
     counts.add(f"miss_{reason}")
+    if reason == "source_changed" and not factors:
+        factors = ["source"]
+    if reason in INVALIDATED:
+        tc.counters["precompile"]["frames_invalidated"] += 1
+        counts.add("frames_invalidated")
+        for factor in invalidation_factors(factors or []):
+            counts.add(f"invalidated_{factor}")
     record: dict[str, Any] = {
         "event": "miss",
         "reason": reason,
@@ -176,7 +182,7 @@ def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
         index = _others.get(id(store))
     if index is None:
         index = {}
-        names = {n for layer in _listable(store) for n in layer.refs(entries.REF_PREFIX)}
+        names = {n for layer in candidates.local_layers(store) for n in layer.refs(entries.REF_PREFIX)}
         for name in sorted(names):
             parsed = entries.parse_ref(name)
             if parsed is not None:
@@ -187,16 +193,6 @@ def _other_entries(store: ReadStore, key: str) -> list[tuple[str | None, str]]:
     return [(env, name) for env, name in index.get(key, []) if name not in mine]
 
 
-def _listable(store: Any) -> list[ReadStore]:
-    """The layers of `store` whose refs a miss may list: all but a remote,
-    which lists only by scanning every key of its server."""
-    layers = getattr(store, "layers", None)
-    if layers is None:
-        return [store]
-    remote = getattr(store, "remote", None)
-    return [store.writable, *(layer for layer in layers if layer is not remote)]
-
-
 def _differences(store: ReadStore, env_id: str | None, name: str) -> list[tuple[str, str]]:
     """How the entry `name` (of environment `env_id`) differs from here."""
     if env_id is None:
@@ -205,18 +201,15 @@ def _differences(store: ReadStore, env_id: str | None, name: str) -> list[tuple[
     meta = entries.read_entry_meta(store, digest) if digest is not None else None
     if meta is None or meta.env is None:
         return [("environment", f"environment {env_id} stored")]
-    here = entries.environment("cpu")
-    if meta.device_type != "cpu":
-        # An accelerator this process has not started is not asked about.
-        initialized = meta.device_type in tc.initialized_accelerators()
-        here = entries.environment(meta.device_type) if initialized else dataclasses.replace(here, accelerator=None)
-    return meta.env.differences(here) or [("environment", f"environment {env_id} stored")]
+    return candidates.env_differences(meta.env, meta.device_type) or [("environment", f"environment {env_id} stored")]
 
 
 def not_stored(store: ReadStore, key: str, *, fn: Callable[..., Any] | None = None) -> None:
     """Record that no entry for `key` loads here: `env_mismatch`, naming the
-    factors that differ, where other environments hold entries for it, else
-    `not_stored`. Never raises: the listing is for the record only."""
+    factors that differ, where other environments hold entries under this
+    key; `key_mismatch`, naming the factors, where the store holds an entry
+    for this function under another key (see `candidates`); else
+    `not_stored`. Never raises: the lookups are for the record only."""
     factors: dict[str, str] = {}
     try:
         for env_id, name in _other_entries(store, key):
@@ -224,15 +217,30 @@ def not_stored(store: ReadStore, key: str, *, fn: Callable[..., Any] | None = No
                 factors.setdefault(field, text)
     except Exception:
         log.debug("listing other environments' entries for %s failed", key, exc_info=True)
-    if not factors:
+    if factors:
+        miss(
+            "env_mismatch",
+            key,
+            "stored only for other environments: " + "; ".join(factors.values()),
+            fn=fn,
+            factors=sorted(factors),
+        )
+        return
+    found: list[tuple[str, str]] = []
+    try:
+        here = entries.key_parts_of(fn) if fn is not None else None
+        found = candidates.key_differences(store, key, here) if here is not None else []
+    except Exception:
+        log.debug("looking up other entries of the function of %s failed", key, exc_info=True)
+    if not found:
         miss("not_stored", key, "no entry under this function's key", fn=fn)
         return
     miss(
-        "env_mismatch",
+        "key_mismatch",
         key,
-        "stored only for other environments: " + "; ".join(factors.values()),
+        "; ".join(text for _, text in found),
         fn=fn,
-        factors=sorted(factors),
+        factors=[field for field, _ in found],
     )
 
 

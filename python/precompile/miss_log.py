@@ -24,7 +24,10 @@ __all__ = [
     "LOG_NAME",
     "MAX_LOG_BYTES",
     "MAX_RECORDS",
+    "INVALIDATED",
     "MissLog",
+    "invalidated_lines",
+    "invalidation_factors",
     "read_records",
     "summary_lines",
 ]
@@ -143,4 +146,59 @@ def summary_lines(records: list[dict[str, Any]]) -> list[str]:
                 lines.append(f"          failed guard: {g}")
     total = ", ".join(f"{n} {k}" for k, n in sorted(reasons.items())) or "none"
     lines.append(f"entries loaded: {loaded} ({variants} compiled variants); misses: {total}")
-    return lines
+    lost: dict[str, int] = {}
+    for r in records:
+        if r.get("event") == "miss" and r.get("reason") in INVALIDATED:
+            factors = invalidation_factors([str(f) for f in r.get("factors") or ["source"]])
+            for factor in factors:
+                lost[factor] = lost.get(factor, 0) + 1
+            lost[""] = lost.get("", 0) + 1
+    return lines + invalidated_lines(lost)
+
+
+# Misses of a function the store held, compiled only because a factor of its
+# key differed (see `explain`): compiles lost to invalidation.
+INVALIDATED = frozenset({"env_mismatch", "key_mismatch", "source_changed"})
+
+# Each factor of a key, as "the store held it for ...".
+_HELD_FOR = {
+    "torch": "another torch build",
+    "torch_git": "another torch build of its version",
+    "python": "another Python",
+    "triton": "another Triton",
+    "cpu": "another CPU ISA",
+    "accelerator": "another accelerator",
+    "environment": "another environment",
+    "source": "other source",
+    "line": "another line of its file",
+    "file": "another source file path",
+}
+
+
+def invalidation_factors(factors: list[str]) -> list[str]:
+    """The factors a lost compile is counted under: a torch version change
+    implies its build, an edit of the function its moved lines, and the
+    source file's path is no part of torch's key (it only says where the
+    function now is) unless nothing else differs."""
+    out = [f for f in factors if f in _HELD_FOR]
+    if "torch" in out and "torch_git" in out:
+        out.remove("torch_git")
+    if "source" in out and "line" in out:
+        out.remove("line")
+    if "file" in out and len(out) > 1:
+        out.remove("file")
+    return out or ["environment"]
+
+
+def invalidated_lines(lost: dict[str, int]) -> list[str]:
+    """`N frames compiled that the store held for another torch build`, from
+    counts by factor (key "": the frames in all)."""
+    total = lost.get("", 0)
+    if not total:
+        return []
+    noun = "frame" if total == 1 else "frames"
+    held = {f: n for f, n in sorted(lost.items()) if f in _HELD_FOR}
+    if len(held) == 1:
+        return [f"{total} {noun} compiled that the store held for {_HELD_FOR[next(iter(held))]}"]
+    by = ", ".join(f"{n} for {_HELD_FOR[f]}" for f, n in held.items())
+    return [f"{total} {noun} compiled that the store held under another key or environment: {by}"]

@@ -18,12 +18,14 @@ from typing import Any, ClassVar, TypeVar
 
 from ._core import FormatError
 from .environment import Environment
+from .key_parts import KeyParts
 
 __all__ = [
     "BackendMeta",
     "BackendUse",
     "Binding",
     "EntryMeta",
+    "FnIndexMeta",
     "GraphMeta",
     "LibraryRef",
     "PickledArtifactMeta",
@@ -36,7 +38,10 @@ __all__ = [
 
 # One version for all record kinds: they change together, and an entry is
 # only ever read by a build that understands every record it reaches.
-SCHEMA_FORMAT = 3
+SCHEMA_FORMAT = 4
+# Formats still read: 3 lacks only the entry's `key_parts` (and the
+# `precompile/fn-index` kind), which readers treat as unknown.
+READ_FORMATS = frozenset({3, SCHEMA_FORMAT})
 
 _T = TypeVar("_T", bound="_Record")
 
@@ -97,9 +102,10 @@ class _Record:
             raise FormatError("manifest metadata is not an object")
         if doc.get("kind") != cls.KIND:
             raise FormatError(f"expected a {cls.KIND} manifest, found {doc.get('kind')!r}")
-        if doc.get("format") != SCHEMA_FORMAT:
+        if doc.get("format") not in READ_FORMATS:
             raise FormatError(
-                f"{cls.KIND} format {doc.get('format')!r} is not supported (this build reads format {SCHEMA_FORMAT})"
+                f"{cls.KIND} format {doc.get('format')!r} is not supported "
+                f"(this build reads formats {', '.join(map(str, sorted(READ_FORMATS)))})"
             )
         return doc
 
@@ -402,6 +408,8 @@ class EntryMeta(_Record):
     # What can load it (see `environment`); its id names the ref. Every entry
     # precompile writes has one; None only where a record is built without.
     env: Environment | None = None
+    # What its key was made from (see `key_parts`); None: format 3.
+    key_parts: KeyParts | None = None
 
     def children(self) -> list[str]:
         out = self.dynamo.children() + [d for _, d in self.isa] + [d for _, _, d in self.triton_stubs]
@@ -428,6 +436,7 @@ class EntryMeta(_Record):
             **({} if self.isa_loaded is None else {"isa_loaded": list(self.isa_loaded)}),
             "triton_stubs": [list(stub) for stub in self.triton_stubs],
             **({} if self.env is None else {"env": self.env.to_json()}),
+            **({} if self.key_parts is None else {"key_parts": self.key_parts.to_json()}),
         }
 
     @classmethod
@@ -457,6 +466,40 @@ class EntryMeta(_Record):
             isa_loaded=_isa_loaded(doc, {p[0] for p in isa}),
             triton_stubs=tuple((s[0], s[1], s[2]) for s in stubs),
             env=None if doc.get("env") is None else Environment.from_json(doc["env"]),
+            key_parts=None if doc.get("key_parts") is None else KeyParts.from_json(doc["key_parts"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class FnIndexMeta(_Record):
+    """The index of one function (ref `host/fn/<fn-id>`, see `key_parts`):
+    the ref of its last saved entry, that entry's key parts and environment.
+    Names no object, so it keeps nothing alive."""
+
+    KIND: ClassVar[str] = "precompile/fn-index"
+    ref: str
+    key_parts: KeyParts
+    env: Environment
+
+    def children(self) -> list[str]:
+        return []
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.KIND,
+            "format": SCHEMA_FORMAT,
+            "ref": self.ref,
+            "key_parts": self.key_parts.to_json(),
+            "env": self.env.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> FnIndexMeta:
+        doc = cls._check(doc)
+        return cls(
+            ref=_need(doc, "ref", str),
+            key_parts=KeyParts.from_json(doc.get("key_parts")),
+            env=Environment.from_json(doc.get("env")),
         )
 
 
@@ -469,7 +512,7 @@ def _isa_loaded(doc: Mapping[str, Any], listed: set[str]) -> tuple[str, ...] | N
     return tuple(loaded)
 
 
-_KINDS: dict[str, type[_Record]] = {c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta)}
+_KINDS: dict[str, type[_Record]] = {c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta, FnIndexMeta)}
 
 
 def parse_meta(doc: Any) -> _Record | None:

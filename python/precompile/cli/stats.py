@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from .. import paths, run_stats
+from .. import miss_log, paths, run_stats
 from .console import emit_json, esc, out, print_table
 from .views import Source, human_size
 
@@ -53,6 +53,12 @@ def _counts(src: Source) -> dict[str, Any]:
         "hit_rate": hits / calls if calls else None,
         "saves": totals.get("saves", 0),
         "load_errors": misses.get("load_error", 0),
+        # Compiles of functions the store held under another key or
+        # environment (see `explain`), in all and by the factor that differed.
+        "frames_invalidated": totals.get("frames_invalidated", 0),
+        "invalidated_by_factor": {
+            k.removeprefix("invalidated_"): v for k, v in sorted(totals.items()) if k.startswith("invalidated_") and v
+        },
         "counted_since": since,
     }
 
@@ -100,9 +106,12 @@ def cmd_stats(args: argparse.Namespace, src: Source) -> int:
         ("saves", doc["saves"]),
         ("load errors", doc["load_errors"]),
     ]
+
     if doc["counted_since"] is not None:
         rows.append(("counted since", time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(doc["counted_since"]))))
     print_table(("", ""), rows, header=False)
+    for line in miss_log.invalidated_lines({"": doc["frames_invalidated"], **doc["invalidated_by_factor"]}):
+        out.print(esc(line), soft_wrap=True)
     if largest and out.is_terminal:
         top = [(r["name"], human_size(r["bytes"]), human_size(r["unique_bytes"])) for r in largest]
         print_table(("largest entries", "size", "unique"), top)
