@@ -404,8 +404,9 @@ def test_lines_added_above_in_a_moved_checkout_name_line_and_file(
     miss = _only_miss(store)
     assert miss["reason"] == "key_mismatch" and miss["factors"] == ["line", "file"]
     assert "defined at line 4 when stored, line 6 here" in miss["detail"]
-    assert f"{keyed_store[0].parent / 'a' / 'kmodel.py'} stored, {tmp_path / 'moved' / 'kmodel.py'} here" in (
-        miss["detail"]
+    assert (
+        f"{keyed_store[0].parent / 'a' / 'kmodel.py'} stored, {tmp_path / 'moved' / 'kmodel.py'} here"
+        in (miss["detail"])
     )
     assert "other source" not in miss["detail"]
     assert counters["precompile"]["frames_invalidated"] == 1
@@ -480,3 +481,15 @@ def test_an_index_whose_entry_is_gone_is_not_a_candidate(keyed_store, kmodel_at,
     with precompile.installed(store, save_on_exit=False) as cache:
         assert cache.load(kmodel.f) is None  # filterwarnings=error: no warning
     assert _only_miss(store)["reason"] == "not_stored"
+
+
+def test_a_config_change_alone_is_served(compiled_store, scenario, tmp_path: Path) -> None:
+    # Inductor and Dynamo config are part of neither torch's key nor the
+    # environment: the entry compiled under the defaults is served, no miss.
+    store = _copy(compiled_store[0], tmp_path)
+    with (
+        torch._inductor.config.patch(max_autotune=True, freezing=True),
+        precompile.installed(store, save_on_exit=False) as cache,
+    ):
+        assert cache.load(scenario.MLP.forward) is not None
+    assert not [k for k in counters["precompile"] if k.startswith("miss_")]

@@ -5,7 +5,9 @@ Every event also goes three ways:
 - counters: `counters["precompile"]` gets `frames_loaded` (compiled variants
   installed from the store; an install torch then fails takes its count
   back), `frames_recompiled` (frames Dynamo compiled although the store had
-  installed code for them) and `miss_<reason>`;
+  installed code for them), `frames_invalidated` (frames compiled although
+  the store held the function, for another environment, key or source:
+  `env_mismatch`, `key_mismatch`, `source_changed`) and `miss_<reason>`;
 - logging: the `precompile` logger at INFO, and torch's `recompiles` log
   (`TORCH_LOGS=recompiles`) for every miss of a stored entry;
 - a record file, `<store>/log/last-run.jsonl` (see `miss_log`), that
@@ -20,6 +22,11 @@ Reasons: `not_stored` (no entry under the function's key, as on a first run),
 read-only layers, but only for other environments: the detail names each
 factor that differs, such as
 `torch 2.11.0+cu128 stored, 2.15.0 here`),
+`key_mismatch` (the store holds an entry for this function, by module and
+qualified name, under another key: `factors` names what differs, `source`
+(its code was edited), `line` (lines above it changed), `file` (another
+checkout), then any environment factor; see `candidates` for the bounded
+lookup),
 `load_error` (the entry is unreadable: corrupt or missing objects, another
 torch), `source_changed` (a function it traced was edited since),
 `bypassed` (torch saved the code without compiled variants), `module_missing`,

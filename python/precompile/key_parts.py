@@ -53,7 +53,7 @@ class KeyParts:
     def from_json(cls, doc: Any) -> KeyParts:
         if not isinstance(doc, Mapping):
             raise FormatError("key_parts is not an object")
-        values = {}
+        values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             value = doc.get(field.name)
             kind = int if field.name == "line" else str

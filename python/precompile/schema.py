@@ -512,7 +512,9 @@ def _isa_loaded(doc: Mapping[str, Any], listed: set[str]) -> tuple[str, ...] | N
     return tuple(loaded)
 
 
-_KINDS: dict[str, type[_Record]] = {c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta, FnIndexMeta)}
+_KINDS: dict[str, type[_Record]] = {
+    c.KIND: c for c in (EntryMeta, BackendMeta, GraphMeta, PickledArtifactMeta, FnIndexMeta)
+}
 
 
 def parse_meta(doc: Any) -> _Record | None:
