@@ -80,7 +80,7 @@ def test_entries_carry_their_key_parts_and_format_3_entries_still_read() -> None
 
 
 def test_the_function_index_is_a_record_that_names_nothing() -> None:
-    index = FnIndexMeta("dynamo/0123456789abcdef/k", KeyParts("model", "f", "/a/model.py", 4, "c1"), ENV)
+    index = FnIndexMeta("dynamo/0123456789abcdef/k", KeyParts("model", "f", "/a/model.py", 4, "c1"), ENV, "cpu")
     assert index.children() == []
     assert parse_meta(index.to_json()) == index
     with pytest.raises(FormatError):

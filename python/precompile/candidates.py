@@ -60,11 +60,9 @@ def key_differences(store: ReadStore, key: str, here: KeyParts) -> list[tuple[st
         index = _read_index(layer, name)
         if index is None or index.ref in mine or layer.get_ref(index.ref) is None:
             continue
-        parsed = entries.parse_ref(index.ref)
-        if parsed is None or parsed[1] == key and parsed[0] is None:
+        if entries.parse_ref(index.ref) is None:
             continue
-        device_type = "cpu" if index.env.accelerator is None else index.env.accelerator.split()[0]
-        found = index.key_parts.differences(here) + env_differences(index.env, device_type)
+        found = index.key_parts.differences(here) + env_differences(index.env, index.device_type)
         if found:
             return found
     return []

@@ -243,7 +243,7 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     store.set_ref(name, digest)
     index = index_ref(parts)
     if index is not None:
-        record = FnIndexMeta(name, parts, environment(entry.dynamo.device_type))
+        record = FnIndexMeta(name, parts, environment(entry.dynamo.device_type), entry.dynamo.device_type)
         store.set_ref(index, store.put_manifest([], record.to_json()))
     return digest
 

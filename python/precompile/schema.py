@@ -473,13 +473,14 @@ class EntryMeta(_Record):
 @dataclasses.dataclass(frozen=True)
 class FnIndexMeta(_Record):
     """The index of one function (ref `host/fn/<fn-id>`, see `key_parts`):
-    the ref of its last saved entry, that entry's key parts and environment.
-    Names no object, so it keeps nothing alive."""
+    the ref of its last saved entry, that entry's key parts, environment and
+    device type. Names no object, so it keeps nothing alive."""
 
     KIND: ClassVar[str] = "precompile/fn-index"
     ref: str
     key_parts: KeyParts
     env: Environment
+    device_type: str
 
     def children(self) -> list[str]:
         return []
@@ -491,6 +492,7 @@ class FnIndexMeta(_Record):
             "ref": self.ref,
             "key_parts": self.key_parts.to_json(),
             "env": self.env.to_json(),
+            "device_type": self.device_type,
         }
 
     @classmethod
@@ -500,6 +502,7 @@ class FnIndexMeta(_Record):
             ref=_need(doc, "ref", str),
             key_parts=KeyParts.from_json(doc.get("key_parts")),
             env=Environment.from_json(doc.get("env")),
+            device_type=_need(doc, "device_type", str),
         )
 
 
