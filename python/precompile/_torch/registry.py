@@ -26,6 +26,8 @@ from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_sta
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
+from .lean_config import lean_backend_config
+from .lean_imports import lean_cached_graph_imports
 from .named_guards import named_class_guards, script_function_type_guards
 from .patch import _Patch
 from .probes import probe_load_marks
@@ -61,6 +63,8 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("comprehension_functions", comprehension_functions),
     ("device_type_union", device_type_union),
     ("dropped_guard_notes", dropped_guard_notes),
+    ("lean_backend_config", lean_backend_config),
+    ("lean_cached_graph_imports", lean_cached_graph_imports),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).

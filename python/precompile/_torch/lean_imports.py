@@ -1,0 +1,297 @@
+"""A cached graph's imports served by the runtime parts it uses, not the compiler they live in."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import functools
+import importlib
+import importlib.util
+import re
+import sys
+import threading
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from .patch import _Patch
+
+_SELECT_ALGORITHM = "torch._inductor.select_algorithm"
+
+# Extern kernels that Inductor registers as torch's own public function of
+# the same name (`ExternKernelChoice(torch.mm, ...)`): `extern_kernels.mm` is
+# `torch.mm`. tests/test_lean_start.py checks each against the registry.
+TORCH_EXTERN_KERNELS = frozenset(
+    {
+        "_grouped_mm",
+        "_int_mm",
+        "_scaled_grouped_mm",
+        "_scaled_mm",
+        "_sparse_semi_structured_mm",
+        "_weight_int8pack_mm",
+        "addmm",
+        "baddbmm",
+        "bmm",
+        "convolution",
+        "mm",
+    }
+)
+
+
+class ExternKernels:
+    """Stands for `select_algorithm.extern_kernels` in a loaded graph's code.
+
+    A name of `TORCH_EXTERN_KERNELS` is torch's function while
+    `select_algorithm` is not imported; any other name, or any name once it
+    is, is looked up in the real namespace (importing it if need be).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        real = sys.modules.get(_SELECT_ALGORITHM)
+        if real is None and name in TORCH_EXTERN_KERNELS:
+            import torch
+
+            value = getattr(torch, name)
+        else:
+            if real is None:
+                real = importlib.import_module(_SELECT_ALGORITHM)
+            value = getattr(real.extern_kernels, name)
+        # Inductor never rebinds a registered name, so the first answer holds.
+        setattr(self, name, value)
+        return value
+
+
+extern_kernels = ExternKernels()
+
+
+class _DebugFlags:
+    """Stands for `torch._inductor.debug`, as `torch._inductor.debug`, until
+    the module is imported.
+
+    A loaded graph's every call reads `torch._inductor.debug.RECORD_GRAPH_EXECUTION`
+    (and `GRAPH_EXECUTION_ORDER`): an attribute the package has only once
+    something imported the module, which loads the IR and the scheduler.
+    The package answers `debug` with the module itself once it is in
+    `sys.modules` (even while it is still importing, as Python would), and
+    with this stand-in before: reads of the flags get their initial values
+    (`_DEBUG_FLAGS`, checked against the module's source), which only the
+    module's own functions change; any other name, and any write, imports
+    the real module and goes to it.
+    """
+
+    _flags: dict[str, Any]
+
+    def __init__(self, flags: dict[str, Any]) -> None:
+        object.__setattr__(self, "_flags", flags)
+
+    def __getattr__(self, name: str) -> Any:
+        real = sys.modules.get("torch._inductor.debug")
+        if real is None and name in self._flags:
+            return self._flags[name]
+        return getattr(real or importlib.import_module("torch._inductor.debug"), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(
+            sys.modules.get("torch._inductor.debug") or importlib.import_module("torch._inductor.debug"), name, value
+        )
+
+
+# The flags a graph's call reads, with the value `torch._inductor.debug`
+# gives them at import (as its source must read for the stand-in to be used).
+_DEBUG_FLAGS = {"RECORD_GRAPH_EXECUTION": False, "GRAPH_EXECUTION_ORDER": None, "GRAPH_COMPILE_IDS": None}
+
+
+def _module_source(module: str) -> str:
+    """`module`'s source text, read from its file without importing it; '' if none."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return ""
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+class _UnloadedGraphLowering:
+    """`GraphLowering` as seen before `torch._inductor.graph` is imported:
+    nothing can have set its `save_output_code` hook yet."""
+
+    save_output_code = None
+
+
+def _source_has(module: str, *needles: str) -> bool:
+    """Whether `module`'s source file (read, not imported) holds every needle."""
+    source = _module_source(module)
+    return bool(source) and all(n in source for n in needles)
+
+
+def _stand_ins() -> dict[str, dict[str, Any]]:
+    """Module → {name: what `from module import name` gets} for this torch;
+    an entry only where the source says the stand-in is what torch would give."""
+    from torch._inductor import utils
+
+    served: dict[str, dict[str, Any]] = {}
+    if _source_has(
+        _SELECT_ALGORITHM, "\nextern_kernels = KernelNamespace()\n", "setattr(extern_kernels, name, kernel)"
+    ):
+        served[_SELECT_ALGORITHM] = {"extern_kernels": extern_kernels}
+    if hasattr(utils, "_align") and _source_has(
+        "torch._inductor.codegen.memory_planning", "from ..utils import _align,"
+    ):
+        served["torch._inductor.codegen.memory_planning"] = {"_align": utils._align}
+    graph = _module_source("torch._inductor.graph")
+    if "class GraphLowering(" in graph and re.search(r"^    save_output_code: .* = None$", graph, re.M):
+        served["torch._inductor.graph"] = {"GraphLowering": _UnloadedGraphLowering}
+    return served
+
+
+class _LeanCachedGraphImports(_Patch):
+    """A cached graph loads without importing the compiler.
+
+    Inductor's generated code starts with imports of the compiler modules
+    that define what it calls (`from torch._inductor.select_algorithm
+    import extern_kernels`, `from torch._inductor.codegen.memory_planning
+    import _align`), and serving a cached graph reads one class attribute
+    of `torch._inductor.graph.GraphLowering`. Each import brings in the
+    whole compiler (lowerings, autotuning, code generators, the scheduler)
+    to a process that only runs stored graphs. While installed, and only
+    inside `FxGraphCache.cache_hit_post_compile` and only while the module
+    is not imported yet, those `from` imports get the runtime part itself:
+    `extern_kernels` answers with the torch function Inductor registers
+    under that name (and imports the real namespace for any other name),
+    `_align` is `torch._inductor.utils._align` (which `memory_planning`
+    re-exports), and `GraphLowering.save_output_code` is None (nothing can
+    have set it). Any other import, in any thread, is Python's own.
+
+    Torch versions: 2.11 and newer.
+    Steps aside: `_apply` replaces nothing where `cache_hit_post_compile` is
+    not a staticmethod or no import is known to be servable; each stand-in
+    is used only where the module's source shows it is the same object.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._served: dict[str, dict[str, Any]] = {}
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._windows = 0
+        self._python_import: Any = None
+        self._debug_stand_in: tuple[Any, str, Any] | None = None
+        # One bound method, so that `builtins.__import__ is self._hook` holds.
+        self._hook = self._import
+
+    def _apply(self) -> None:
+        from torch._inductor.codecache import FxGraphCache
+
+        post = vars(FxGraphCache).get("cache_hit_post_compile")
+        if not isinstance(post, staticmethod):
+            return
+        served = _stand_ins()
+        if not served:
+            return
+        self._served = served
+        self._stand_in_debug()
+        original = post.__func__
+        lean = self
+
+        @functools.wraps(original)
+        def cache_hit_post_compile(*args: Any, **kwargs: Any) -> Any:
+            with lean._window():
+                return original(*args, **kwargs)
+
+        self._replace(FxGraphCache, "cache_hit_post_compile", staticmethod(cache_hit_post_compile))
+
+    @contextlib.contextmanager
+    def _window(self) -> Iterator[None]:
+        # `builtins.__import__` is process-wide: it is ours only while some
+        # thread is in a window, and serves only the threads that are.
+        with self._lock:
+            if self._windows == 0:
+                self._python_import = builtins.__import__
+                builtins.__import__ = self._hook
+            self._windows += 1
+        depth = getattr(self._local, "depth", 0)
+        self._local.depth = depth + 1
+        try:
+            yield
+        finally:
+            self._local.depth = depth
+            with self._lock:
+                self._windows -= 1
+                # `_python_import` is kept: a thread may be inside `_import` still.
+                if self._windows == 0 and builtins.__import__ is self._hook:
+                    builtins.__import__ = self._python_import
+
+    def _import(
+        self,
+        name: str,
+        globals: Mapping[str, object] | None = None,
+        locals: Mapping[str, object] | None = None,
+        fromlist: Sequence[str] | None = (),
+        level: int = 0,
+    ) -> types.ModuleType:
+        python_import = self._python_import
+        in_window: int = getattr(self._local, "depth", 0)
+        if fromlist and in_window:
+            module = self._serve(name, globals, fromlist, level)
+            if module is not None:
+                return module
+        imported: types.ModuleType = python_import(name, globals, locals, fromlist, level)
+        return imported
+
+    def _serve(
+        self, name: str, globals: Mapping[str, object] | None, fromlist: Sequence[str], level: int
+    ) -> types.ModuleType | None:
+        if level:
+            package = str((globals or {}).get("__package__") or "")
+            if level != 1 or not package:
+                return None
+            name = f"{package}.{name}"
+        names = self._served.get(name)
+        if names is None or name in sys.modules or not set(fromlist) <= names.keys():
+            return None
+        module = types.ModuleType(name, "Runtime parts served before the module is imported.")
+        for attr in fromlist:
+            setattr(module, attr, names[attr])
+        return module
+
+    def _stand_in_debug(self) -> None:
+        import torch._inductor as inductor
+
+        # Only a package without a module `__getattr__` of its own and
+        # without the module imported; only where the source says what the
+        # flags start as.
+        if "torch._inductor.debug" in sys.modules or "debug" in vars(inductor) or "__getattr__" in vars(inductor):
+            return
+        source = _module_source("torch._inductor.debug")
+        for name, value in _DEBUG_FLAGS.items():
+            if len(re.findall(rf"^{name}\b.*=", source, re.M)) != 1 or not re.search(
+                rf"^{name}: .* = {value}$", source, re.M
+            ):
+                return
+        stand_in = _DebugFlags(dict(_DEBUG_FLAGS))
+
+        def __getattr__(name: str) -> Any:
+            if name == "debug":
+                # Importing the module binds it on the package: from then on
+                # this is not called.
+                return sys.modules.get("torch._inductor.debug") or stand_in
+            raise AttributeError(f"module 'torch._inductor' has no attribute {name!r}")
+
+        vars(inductor)["__getattr__"] = __getattr__
+        self._debug_stand_in = (inductor, "__getattr__", __getattr__)
+
+    def _stopped(self) -> None:
+        self._served = {}
+        stand_in = self._debug_stand_in
+        if stand_in is not None:
+            owner, name, value = stand_in
+            if vars(owner).get(name) is value:
+                delattr(owner, name)
+            self._debug_stand_in = None
+
+
+lean_cached_graph_imports = _LeanCachedGraphImports()

@@ -1,0 +1,86 @@
+"""A served warm start, and what it imported, run as a subprocess.
+
+    python lean_start.py compile|serve|contract STORE OUT_JSON
+
+`compile` compiles a small MLP into STORE and saves; `serve` (a fresh
+process with a fresh Inductor cache) runs it from the store, records the
+modules imported by then, then compiles a function the store does not hold;
+`contract` checks the stand-ins the lean start uses against torch's own.
+Each writes what it saw to OUT_JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+
+import torch
+
+import precompile
+
+phase, store, out_path = sys.argv[1:4]
+precompile.install(store, save_on_exit=False)
+from torch._dynamo.utils import counters  # noqa: E402
+
+
+class MLP(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+def new_frame(x: torch.Tensor) -> torch.Tensor:
+    return torch.mm(x, x.t()).relu() + x.sum()
+
+
+torch.manual_seed(0)
+model = MLP()
+x = torch.randn(8, 64)
+out: dict = {}
+if phase == "contract":
+    from precompile._torch.lean_imports import TORCH_EXTERN_KERNELS, extern_kernels
+
+    # The backend config as the lean start takes it, then torch's own.
+    ours = {}
+    for mode, options in ((None, None), ("max-autotune-no-cudagraphs", None), (None, {"epilogue_fusion": False})):
+        wrapper = torch._TorchCompileInductorWrapper(mode, options, None)
+        ours[str((mode, options))] = (wrapper, wrapper.get_compiler_config())
+    served = {name: getattr(extern_kernels, name) for name in sorted(TORCH_EXTERN_KERNELS)}
+    flags = {name: getattr(torch._inductor.debug, name) for name in ("RECORD_GRAPH_EXECUTION", "GRAPH_EXECUTION_ORDER")}
+    out["debug_imported_by_flags"] = "torch._inductor.debug" in sys.modules
+    import importlib
+
+    debug = importlib.import_module("torch._inductor.debug")
+    from torch._inductor.compile_fx import get_patched_config_dict
+    from torch._inductor.select_algorithm import extern_kernels as real
+
+    out["config_equal"] = {
+        key: config == get_patched_config_dict(config_patches=wrapper.config) for key, (wrapper, config) in ours.items()
+    }
+    out["extern_kernels_equal"] = {name: value is getattr(real, name, None) for name, value in served.items()}
+    out["debug_flags_equal"] = {name: value == getattr(debug, name) for name, value in flags.items()}
+    out["debug_is_real"] = torch._inductor.debug is debug
+else:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.no_grad():
+            y = torch.compile(model)(x)
+        out["modules"] = sorted(sys.modules)
+        out["served"] = dict(counters["precompile"])
+        out["max_error"] = float((y - model(x)).abs().max())
+        if phase == "serve":
+            # A frame the store does not hold compiles in the same process.
+            z = torch.compile(new_frame)(x)
+            out["new_frame_error"] = float((z - new_frame(x)).abs().max())
+            out["after_compile"] = dict(counters["precompile"])
+            out["graphs_compiled"] = counters["stats"]["unique_graphs"]
+            out["modules_after_compile"] = sorted(sys.modules)
+    out["warnings"] = [str(w.message) for w in caught]
+    if phase == "compile":
+        precompile.save()
+with open(out_path, "w") as f:
+    json.dump(out, f)

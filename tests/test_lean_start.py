@@ -1,0 +1,92 @@
+"""A served warm start imports the parts it runs, not the compiler; a frame
+that must compile in the same process compiles as in torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.processes import PROGRAMS, child_env
+
+pytestmark = pytest.mark.torch
+
+PROGRAM = PROGRAMS / "lean_start.py"
+
+# Compiler modules a process that only runs stored graphs has no use for,
+# and why each is the compiler's.
+COMPILER_MODULES = {
+    "torch._inductor.compile_fx": "the compiler's entry point; the backend's config was taken through it",
+    "torch._inductor.lowering": "every aten lowering, registered at import",
+    "torch._inductor.select_algorithm": "autotuning between kernel choices; stored code imports its extern_kernels",
+    "torch._inductor.autotune_process": "benchmarks kernel choices in subprocesses",
+    "torch._inductor.scheduler": "fuses kernels",
+    "torch._inductor.graph": "GraphLowering; a cache hit reads one of its class attributes",
+    "torch._inductor.debug": "the compile's debug tracing; a graph's call reads two of its flags",
+    "torch._inductor.codegen.wrapper": "writes the Python wrapper; stored code imports an alignment helper next to it",
+    "torch._inductor.codegen.cpp": "the C++ code generator",
+    "torch._inductor.codegen.triton": "the Triton code generator",
+    "torch._inductor.codegen.simd": "the SIMD kernel generator both build on",
+}
+# Still imported, by torch itself rather than the store's path:
+# `torch.testing` by `import torch` (autograd's gradcheck) on newer torches;
+# `torch._dynamo.repro.after_dynamo` and `debug_utils` by `torch.compile`
+# (Dynamo wraps every backend for its minifier); `tabulate` only at exit
+# (Dynamo's compile-time summary).
+
+
+def _run(phase: str, store: Path, work: Path, **env: str) -> dict[str, Any]:
+    out = work / f"{phase}.json"
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAM), phase, str(store), str(out)],
+        capture_output=True,
+        text=True,
+        env=child_env({"TORCHINDUCTOR_CACHE_DIR": str(work / f"inductor-{phase}"), **env}),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    result: dict[str, Any] = json.loads(out.read_text())
+    return result
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A store the compile side filled, then a fresh process served from it."""
+    work = tmp_path_factory.mktemp("lean")
+    compiled = _run("compile", work / "store", work)
+    assert compiled["max_error"] < 1e-5
+    result = _run("serve", work / "store", work)
+    result["compile_warnings"] = compiled["warnings"]
+    return result
+
+
+def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None:
+    assert served["served"].get("frames_loaded", 0) >= 1, served["served"]
+    assert served["max_error"] < 1e-5
+    imported = set(served["modules"])
+    print(f"modules imported by the first output: {len(imported)}")
+    loaded = {name: why for name, why in COMPILER_MODULES.items() if name in imported}
+    assert not loaded, loaded
+
+
+def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> None:
+    # The store did not hold it: it compiles, through the compiler it imports now.
+    assert served["after_compile"].get("miss_not_stored", 0) >= 1, served["after_compile"]
+    assert served["graphs_compiled"] >= 1
+    assert served["new_frame_error"] < 1e-4
+    assert "torch._inductor.compile_fx" in served["modules_after_compile"]
+    # Serving and compiling warn as the compile side did: nothing of their own.
+    assert served["warnings"] == served["compile_warnings"]
+
+
+def test_stand_ins_are_what_torch_gives(tmp_path: Path) -> None:
+    out = _run("contract", tmp_path / "store", tmp_path)
+    # Reading the flags did not import the debug module; importing it replaced the stand-in.
+    assert out["debug_imported_by_flags"] is False
+    assert out["debug_is_real"] is True
+    assert all(out["config_equal"].values()), out["config_equal"]
+    assert all(out["extern_kernels_equal"].values()), out["extern_kernels_equal"]
+    assert all(out["debug_flags_equal"].values()), out["debug_flags_equal"]
