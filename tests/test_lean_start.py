@@ -70,6 +70,9 @@ def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None
     print(f"modules imported by the first output: {len(imported)}")
     loaded = {name: why for name, why in COMPILER_MODULES.items() if name in imported}
     assert not loaded, loaded
+    # Uninstalled, the served graph still runs, and still imports no compiler.
+    assert served["after_uninstall_error"] == 0
+    assert not set(COMPILER_MODULES) & set(served["modules_after_uninstall"])
 
 
 def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> None:

@@ -74,6 +74,13 @@ else:
         with torch.no_grad():
             out["max_error"] = float((y - model(x)).abs().max())
         if phase == "serve":
+            # A served graph runs on after uninstall, the compiler still not imported.
+            compiled = torch.compile(model)
+            precompile.uninstall()
+            with torch.no_grad():
+                out["after_uninstall_error"] = float((compiled(x) - y).abs().max())
+            out["modules_after_uninstall"] = sorted(sys.modules)
+            precompile.install(store, save_on_exit=False)
             # A frame the store does not hold compiles in the same process.
             z = torch.compile(new_frame)(x)
             with torch.no_grad():
