@@ -70,6 +70,9 @@ def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None
     print(f"modules imported by the first output: {len(imported)}")
     loaded = {name: why for name, why in COMPILER_MODULES.items() if name in imported}
     assert not loaded, loaded
+    # Uninstalled, the served graph still runs, and still imports no compiler.
+    assert served["after_uninstall_error"] == 0
+    assert not set(COMPILER_MODULES) & set(served["modules_after_uninstall"])
 
 
 def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> None:
@@ -78,8 +81,9 @@ def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> N
     assert served["graphs_compiled"] >= 1
     assert served["new_frame_error"] < 1e-4
     assert "torch._inductor.compile_fx" in served["modules_after_compile"]
-    # Serving and compiling warn as the compile side did: nothing of their own.
-    assert served["warnings"] == served["compile_warnings"]
+    # Serving and then compiling warn what the compile side did (the
+    # compiler's import-time warnings come with its import, later here).
+    assert set(served["warnings"]) == set(served["compile_warnings"])
 
 
 def test_stand_ins_are_what_torch_gives(tmp_path: Path) -> None:

@@ -71,11 +71,20 @@ else:
             y = torch.compile(model)(x)
         out["modules"] = sorted(sys.modules)
         out["served"] = dict(counters["precompile"])
-        out["max_error"] = float((y - model(x)).abs().max())
+        with torch.no_grad():
+            out["max_error"] = float((y - model(x)).abs().max())
         if phase == "serve":
+            # A served graph runs on after uninstall, the compiler still not imported.
+            compiled = torch.compile(model)
+            precompile.uninstall()
+            with torch.no_grad():
+                out["after_uninstall_error"] = float((compiled(x) - y).abs().max())
+            out["modules_after_uninstall"] = sorted(sys.modules)
+            precompile.install(store, save_on_exit=False)
             # A frame the store does not hold compiles in the same process.
             z = torch.compile(new_frame)(x)
-            out["new_frame_error"] = float((z - new_frame(x)).abs().max())
+            with torch.no_grad():
+                out["new_frame_error"] = float((z - new_frame(x)).abs().max())
             out["after_compile"] = dict(counters["precompile"])
             out["graphs_compiled"] = counters["stats"]["unique_graphs"]
             out["modules_after_compile"] = sorted(sys.modules)

@@ -287,7 +287,10 @@ class _LeanCachedGraphImports(_Patch):
     def _stopped(self) -> None:
         self._served = {}
         stand_in = self._debug_stand_in
-        if stand_in is not None:
+        # Graphs loaded while installed read the flags on every call, after
+        # `uninstall()` too: the package's `__getattr__` stays until the real
+        # module is imported (from then on it is never called).
+        if stand_in is not None and "torch._inductor.debug" in sys.modules:
             owner, name, value = stand_in
             if vars(owner).get(name) is value:
                 delattr(owner, name)
