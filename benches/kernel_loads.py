@@ -62,12 +62,12 @@ class GpuKernelLog:
                 from torch._inductor.runtime import static_cuda_launcher as launcher  # type: ignore[no-redef]
             except ImportError:
                 return
-        cls = getattr(launcher, "StaticallyLaunchedTritonKernel", None) or getattr(
-            launcher, "StaticallyLaunchedCudaKernel", None
-        )
-        if cls is None:
-            return
-        original = cls.load_kernel
+        # The base class and, in some releases, its CUDA subclass each define load_kernel.
+        for cls in vars(launcher).values():
+            if isinstance(cls, type) and "load_kernel" in vars(cls):
+                cls.load_kernel = self._wrapped_load_kernel(cls.load_kernel)
+
+    def _wrapped_load_kernel(self, original: Any) -> Any:
         log = self
 
         def load_kernel(kernel: Any, device: int) -> Any:
@@ -79,10 +79,12 @@ class GpuKernelLog:
             try:
                 return original(kernel, device)
             finally:
-                log.seconds += time.perf_counter() - start
-                log.binaries.append((kernel.name, binary, int(kernel.shared), device))
+                if kernel.function is not None and not getattr(kernel, "_counted_load", False):
+                    kernel._counted_load = True  # a subclass calling its base's load counts once
+                    log.seconds += time.perf_counter() - start
+                    log.binaries.append((kernel.name, binary, int(kernel.shared), device))
 
-        cls.load_kernel = load_kernel
+        return load_kernel
 
 
 def raw_gpu_loads(binaries: list[tuple[str, bytes, int, int]]) -> float | None:
