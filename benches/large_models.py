@@ -309,10 +309,10 @@ def main() -> None:
     try:
         for model in args.model.split(","):
             results[model] = measure(args, model)
+            if args.json:  # each model as it completes
+                Path(args.json).write_text(json.dumps(results, indent=1))
     finally:
         shutil.rmtree(args.root, ignore_errors=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
     print_table(results, args)
 
 
