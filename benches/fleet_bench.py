@@ -2,6 +2,7 @@
 
     python benches/fleet_bench.py [--hosts 8] [--baseline-hosts 2]
                                   [--models mlp,transformer,convnet] [--json FILE]
+    python benches/fleet_bench.py --compile-once --hosts 100 [--wave 2] [--models mlp] [--json FILE]
 
 It starts its own redis-server on a loopback port. A build host compiles the
 models one after another into its store and the remote (`PRECOMPILE_REMOTE`);
@@ -17,6 +18,19 @@ caches (`TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE=1`,
 `TORCHINDUCTOR_AUTOGRAD_REMOTE_CACHE=1`), filled by a torch build host and
 read by fresh hosts, and fresh hosts compiling from scratch. These baselines
 compile, so they run on `--baseline-hosts` hosts only.
+
+`--compile-once`: a fleet that compiles once. The first of `--hosts` hosts
+compiles the models and publishes them, signed (`PRECOMPILE_SIGNING_KEY`);
+the others, trusting that key (`PRECOMPILE_TRUSTED_KEYS`), start in
+concurrent waves of `--wave` hosts (default: the CPU count, at least 2 and
+at most 4) and must each load without compiling. The bench fails unless the
+fleet made exactly 1 compile and `hosts - 1` hits (a hit: Dynamo cache hits,
+no graph compiled, no compiler run). It prints the hit rate, each host's time
+(in-process `torch.compile` plus first calls, and process start to output),
+their median and max / median, and what the remote served: bytes in and out
+and commands processed (Redis `INFO stats` and `INFO commandstats` before and
+after the fleet; a pipeline sends several commands in one round trip, so the
+command count bounds the round trips from above).
 """
 
 from __future__ import annotations
@@ -56,6 +70,9 @@ def child(args: argparse.Namespace) -> None:
             start = time.perf_counter()
             torch.compile(model)(x)
             out["first_call_s"][name] = time.perf_counter() - start
+    if args.launched:
+        # Process spawn to the end of the first calls: interpreter and imports included.
+        out["process_to_output_s"] = time.time() - float(args.launched)
     if args.system == "precompile" and args.save:
         out["entries"] = sorted(precompile.save().refs.values())
     from torch._dynamo.utils import counters
@@ -291,6 +308,128 @@ def print_table(res: dict[str, Any]) -> None:
     )
 
 
+# ------------------------------------------------------ a fleet that compiles once
+def _redis_counts(port: int) -> dict[str, int]:
+    """The server's traffic so far: bytes in and out, commands (all and per command)."""
+    import redis
+
+    with redis.Redis(port=port) as client:
+        stats = client.info("stats")
+        commands = client.info("commandstats")
+    out = {k: int(stats[k]) for k in ("total_net_input_bytes", "total_net_output_bytes", "total_commands_processed")}
+    out.update({name: int(v["calls"]) for name, v in commands.items()})
+    return out
+
+
+def _graphs_compiled(result: dict[str, Any]) -> int:
+    from warm_start import _graphs_compiled as graphs_compiled  # FX-graph plus AOTAutograd cache misses
+
+    return graphs_compiled(result["counters"])
+
+
+def compile_once(args: argparse.Namespace, root: Path, port: int) -> dict[str, Any]:
+    """The first host compiles and publishes (signed); the rest start in waves and load."""
+    import precompile
+
+    url = f"redis://127.0.0.1:{port}/1"
+    key = str(root / "fleet.key")
+    public = precompile.keygen(key)
+    wave = args.wave or max(2, min(4, os.cpu_count() or 2))
+    publisher = Host(
+        root, "host000", "precompile", args.models, {"PRECOMPILE_REMOTE": url, "PRECOMPILE_SIGNING_KEY": key}
+    )
+    first = publisher.run("--save", "--launched", repr(time.time()))
+    first["host"] = "host000"
+    print("  host000 compiled and published", file=sys.stderr)
+    # Reading the counters is itself traffic: measure one reading and take it off.
+    first_read = _redis_counts(port)
+    before = _redis_counts(port)
+    own = {k: before.get(k, 0) - first_read.get(k, 0) for k in before}
+    env = {"PRECOMPILE_REMOTE": url, "PRECOMPILE_TRUSTED_KEYS": public}
+    fleet = [Host(root, f"host{i:03d}", "precompile", args.models, env) for i in range(1, args.hosts)]
+    results: list[dict[str, Any]] = []
+    started = time.perf_counter()
+    for at in range(0, len(fleet), wave):
+        batch = fleet[at : at + wave]
+        procs = [h.start("--launched", repr(time.time())) for h in batch]
+        for h, p in zip(batch, procs):
+            r = h.finish(p)
+            r["host"] = h.dir.name
+            results.append(r)
+            shutil.rmtree(h.dir, ignore_errors=True)  # 100 hosts' caches would fill a small disk
+        print(f"  {len(results)} / {len(fleet)} hosts loaded", file=sys.stderr)
+    fleet_s = time.perf_counter() - started
+    after = _redis_counts(port)
+    return {
+        "hosts": args.hosts,
+        "wave": wave,
+        "models": args.models.split(","),
+        "publisher": first,
+        "fleet": results,
+        "fleet_s": fleet_s,
+        "remote_delta": {k: v for k in after if (v := after[k] - before.get(k, 0) - own.get(k, 0)) != 0},
+    }
+
+
+def _compiled(r: dict[str, Any]) -> bool:
+    return _graphs_compiled(r) > 0 or r["compiler_runs"] > 0
+
+
+def _hit(r: dict[str, Any]) -> bool:
+    return not _compiled(r) and r["counters"].get("dynamo_cache", {}).get("dynamo_cache_hit", 0) > 0
+
+
+def print_compile_once(res: dict[str, Any]) -> None:
+    everyone = [res["publisher"], *res["fleet"]]
+    compiles, hits = sum(map(_compiled, everyone)), sum(map(_hit, everyone))
+    loaders = len(res["fleet"])
+    times = [r["total_s"] for r in res["fleet"]]
+    wall = [r["process_to_output_s"] for r in res["fleet"]]
+    med, wall_med = statistics.median(times), statistics.median(wall)
+    print(
+        f"\na fleet that compiles once: {res['hosts']} hosts, models {', '.join(res['models'])}, waves of {res['wave']}"
+    )
+    print(
+        f"{'host':<10}{'compile+first calls s':>23}{'start->output s':>17}{'graphs':>8}{'cc runs':>9}{'hits':>6}{'bytes pulled':>14}"
+    )
+    for r in everyone:
+        pulled = r["counters"].get("precompile_remote", {}).get("bytes_read", 0)
+        hit = r["counters"].get("dynamo_cache", {}).get("dynamo_cache_hit", 0)
+        print(
+            f"{r['host']:<10}{r['total_s']:>23.2f}{r['process_to_output_s']:>17.2f}{_graphs_compiled(r):>8}"
+            f"{r['compiler_runs']:>9}{hit:>6}{pulled:>14,}"
+        )
+    print(
+        f"\ncompiles {compiles}, hits {hits} of {loaders} loading hosts (hit rate {hits / loaders:.1%}); "
+        f"the publisher's compile and first calls {res['publisher']['total_s']:.2f} s"
+    )
+    print(
+        f"loading hosts, compile+first calls: median {med:.2f} s, min {min(times):.2f}, max {max(times):.2f}, "
+        f"max/median {max(times) / med:.2f} (goal <= 1.5)"
+    )
+    print(
+        f"loading hosts, start->output: median {wall_med:.2f} s, max {max(wall):.2f}, "
+        f"max/median {max(wall) / wall_med:.2f}; the {loaders} hosts took {res['fleet_s']:.0f} s in all"
+    )
+    d = res["remote_delta"]
+    per_command = ", ".join(
+        f"{k.removeprefix('cmdstat_')} {v:,}" for k, v in sorted(d.items()) if k.startswith("cmdstat_")
+    )
+    print(
+        f"remote, for the {loaders} loading hosts: {d.get('total_net_output_bytes', 0):,} bytes out, "
+        f"{d.get('total_net_input_bytes', 0):,} bytes in, {d.get('total_commands_processed', 0):,} commands "
+        f"({d.get('total_commands_processed', 0) / loaders:.1f} per host: {per_command})\n"
+    )
+
+
+def check_compile_once(res: dict[str, Any]) -> None:
+    """Exactly one compile (the publisher) and a hit on every other host."""
+    everyone = [res["publisher"], *res["fleet"]]
+    compiles, hits = sum(map(_compiled, everyone)), sum(map(_hit, everyone))
+    if not (_compiled(res["publisher"]) and compiles == 1 and hits == len(res["fleet"])):
+        raise SystemExit(f"expected 1 compile and {len(res['fleet'])} hits, got {compiles} compiles and {hits} hits")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -299,10 +438,13 @@ def main() -> None:
         c.add_argument(name, required=True)
     c.add_argument("--remote")
     c.add_argument("--save", action="store_true")
+    c.add_argument("--launched", default="")
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--baseline-hosts", type=int, default=2)
     ap.add_argument("--models", default="mlp,transformer,convnet")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--compile-once", action="store_true", help="one host compiles, --hosts - 1 load (see above)")
+    ap.add_argument("--wave", type=int, default=0, help="hosts started at once (--compile-once)")
     args = ap.parse_args()
     if args.cmd == "child":
         child(args)
@@ -310,11 +452,20 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="precompile-fleet-"))
     server, port = _start_redis(root)
     try:
-        res = measure(args, root, port)
+        if args.compile_once:
+            res = compile_once(args, root, port)
+        else:
+            res = measure(args, root, port)
     finally:
         server.terminate()
         server.wait()
         shutil.rmtree(root, ignore_errors=True)
+    if args.compile_once:
+        print_compile_once(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        check_compile_once(res)
+        return
     print_table(res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=1))
