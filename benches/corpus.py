@@ -220,6 +220,26 @@ _TINY = dict(
 )
 
 
+# Shared by the small speech encoders: a two-layer feature extractor, one
+# transformer layer, and the weight-normed positional convolution.
+_TINY_AUDIO = dict(
+    hidden_size=32,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    intermediate_size=64,
+    conv_dim=(16, 16),
+    conv_stride=(5, 4),
+    conv_kernel=(10, 8),
+    num_conv_pos_embeddings=16,
+    num_conv_pos_embedding_groups=4,
+    vocab_size=32,
+)
+
+
+def _audio(lengths: tuple[int, ...]) -> list[dict]:
+    return [{"input_values": torch.randn(1, n, device=device)} for n in lengths]
+
+
 # Shared by the small vision transformers.
 _TINY_VIT = dict(
     hidden_size=32,
@@ -396,6 +416,22 @@ EXTENDED: dict[str, tuple[str, Callable[[], Calls]]] = {
             bos_token_id=1,
             eos_token_id=2,
             decoder_start_token_id=1,
+        ),
+    ),
+    # Audio: weight-normed convolutions (a parametrized module's run-time class).
+    "wav2vec2": ("transformers", lambda: _hf("Wav2Vec2Config", "Wav2Vec2Model", _audio((1600,)), **_TINY_AUDIO)),
+    "hubert": ("transformers", lambda: _hf("HubertConfig", "HubertModel", _audio((1600,)), **_TINY_AUDIO)),
+    "encodec": (
+        "transformers",
+        lambda: _hf(
+            "EncodecConfig",
+            "EncodecModel",
+            [{"input_values": torch.randn(1, 1, 960, device=device)}],
+            hidden_size=16,
+            num_filters=4,
+            num_lstm_layers=1,
+            codebook_size=32,
+            target_bandwidths=[1.5],
         ),
     ),
     # Vision.

@@ -13,6 +13,7 @@ import torch
 
 from .. import object_paths
 from .named_guards import _script_function_name
+from .parametrized import parametrized_module_rule, parametrizes_here
 from .stored import (
     _import_checked,
     _import_script_function,
@@ -205,7 +206,16 @@ def _named_reads() -> _Rule | None:
     return rule
 
 
+def _parametrized_modules() -> _Rule | None:
+    """A parametrized module (weight_norm, spectral_norm, any
+    `register_parametrization`) is saved as its original class, its
+    parametrized tensor names and its attributes: its own class raises when
+    pickled. See `precompile._torch.parametrized`."""
+    return parametrized_module_rule if parametrizes_here() else None
+
+
 _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
+    _parametrized_modules,
     _function_by_value,
     _script_function_by_name,
     _unguarded_bystander,

@@ -29,6 +29,7 @@ from .kernels import autotune_capture, kernel_capture
 from .lean_config import lean_backend_config
 from .lean_imports import lean_cached_graph_imports
 from .named_guards import named_class_guards, script_function_type_guards
+from .parametrized import parametrized_type_guards
 from .patch import _Patch
 from .probes import probe_load_marks
 from .templates import lazy_kernel_templates
@@ -65,6 +66,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("dropped_guard_notes", dropped_guard_notes),
     ("lean_backend_config", lean_backend_config),
     ("lean_cached_graph_imports", lean_cached_graph_imports),
+    ("parametrized_type_guards", parametrized_type_guards),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).

@@ -100,3 +100,29 @@ def _import_script_function(module_name: str, qualname: str) -> Any:
     if not isinstance(fn, torch.jit.ScriptFunction):
         raise TypeError(f"{module_name}.{qualname} is a {type(fn).__name__} now, not the saved TorchScript function")
     return fn
+
+
+def _rebuild_parametrized_module(original: type, name: str, tensor_names: tuple[str, ...]) -> Any:
+    """A module `parametrized_module_rule` saved, its class made again as
+    `register_parametrization` made it: a subclass of `original` named `name`
+    with a property for each of `tensor_names` (its attributes follow, from
+    `_set_module_state`)."""
+    from torch.nn.utils import parametrize
+
+    from .parametrized import remember_rebuilt
+
+    if not (isinstance(original, type) and issubclass(original, torch.nn.Module)):
+        raise TypeError(f"a parametrized module's class must derive from torch.nn.Module, not {original!r}")
+    module = original.__new__(original)
+    parametrize._inject_new_class(module)
+    for tensor_name in tensor_names:
+        parametrize._inject_property(module, tensor_name)
+    if type(module).__name__ != name:
+        raise TypeError(f"torch names a parametrized {original.__qualname__} {type(module).__name__}, not {name}")
+    remember_rebuilt(type(module))
+    return module
+
+
+def _set_module_state(module: Any, state: dict[str, Any]) -> None:
+    """Set a rebuilt module's attributes as `nn.Module.__setstate__` does."""
+    torch.nn.Module.__setstate__(module, state)  # type: ignore[no-untyped-call]
