@@ -421,19 +421,6 @@ EXTENDED: dict[str, tuple[str, Callable[[], Calls]]] = {
     # Audio: weight-normed convolutions (a parametrized module's run-time class).
     "wav2vec2": ("transformers", lambda: _hf("Wav2Vec2Config", "Wav2Vec2Model", _audio((1600,)), **_TINY_AUDIO)),
     "hubert": ("transformers", lambda: _hf("HubertConfig", "HubertModel", _audio((1600,)), **_TINY_AUDIO)),
-    "encodec": (
-        "transformers",
-        lambda: _hf(
-            "EncodecConfig",
-            "EncodecModel",
-            [{"input_values": torch.randn(1, 1, 960, device=device)}],
-            hidden_size=16,
-            num_filters=4,
-            num_lstm_layers=1,
-            codebook_size=32,
-            target_bandwidths=[1.5],
-        ),
-    ),
     # Vision.
     "vit_hf": ("transformers", lambda: _hf("ViTConfig", "ViTModel", _pixels((1, 2)), **_TINY_VIT)),
     "clip_vision": ("transformers", lambda: _hf("CLIPVisionConfig", "CLIPVisionModel", _pixels((1, 2)), **_TINY_VIT)),
