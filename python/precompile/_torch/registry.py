@@ -1,7 +1,7 @@
 """Every patch `install()` starts, in start order, and what each is doing on this torch.
 
 Patches start in the order below and stop in reverse: where two patches wrap
-one attribute (`serialize_guards` four, `CompilePackage.install` two), each
+one attribute (`serialize_guards` four, `CompilePackage.install` three), each
 puts back what it found.
 
 `PRECOMPILE_PATCHES_OFF=name,name` leaves the named patches unstarted, to see
@@ -26,6 +26,7 @@ from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_sta
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
+from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
 from .patch import _Patch
 from .probes import probe_load_marks
@@ -61,6 +62,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("comprehension_functions", comprehension_functions),
     ("device_type_union", device_type_union),
     ("dropped_guard_notes", dropped_guard_notes),
+    ("wrapper_lineages", wrapper_lineages),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
