@@ -1,7 +1,7 @@
 """Every patch `install()` starts, in start order, and what each is doing on this torch.
 
 Patches start in the order below and stop in reverse: where two patches wrap
-one attribute (`serialize_guards` four, `CompilePackage.install` three), each
+one attribute (`serialize_guards` five, `CompilePackage.install` three), each
 puts back what it found.
 
 `PRECOMPILE_PATCHES_OFF=name,name` leaves the named patches unstarted, to see
@@ -24,6 +24,7 @@ from .frames import comprehension_functions, device_type_union, source_pickling,
 from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
+from .identity_guards import identity_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
 from .lineages import wrapper_lineages
@@ -63,6 +64,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("device_type_union", device_type_union),
     ("dropped_guard_notes", dropped_guard_notes),
     ("wrapper_lineages", wrapper_lineages),
+    ("identity_guards", identity_guards),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
