@@ -128,8 +128,14 @@ class StoreDynamoCache(tc.DynamoStore):
         complete_backends([cache_entry])
         self.write(stitch(cache_entry)[0], key)
 
+    def record_package(self, package: tc.CompilePackage) -> None:
+        """Record a compiled package for the next save, under its wrapper
+        lineage's key (`_torch.lineages`): a second wrapper of the same
+        function keeps its own entry instead of replacing the first's."""
+        tc.PrecompileContext.record_dynamo_cache_entry(cache_entry=package.cache_entry(), key=tc.package_key(package))
+
     def save(self, package: tc.CompilePackage) -> None:
-        self.save_package(package, package.source_id)
+        self.save_package(package, tc.package_key(package))
 
     def load(self, fn: Callable[..., Any]) -> tc.PrecompileCacheEntry | None:
         """The stored entry for `fn`, or None; never raises.
@@ -141,7 +147,7 @@ class StoreDynamoCache(tc.DynamoStore):
             tc.counters["precompile"]["disabled_loads"] += 1
             return None
         with tc.deferred_full_gc():
-            key = tc.source_id_from_fn(fn)
+            key = tc.loading_key(fn)
             try:
                 return self._load(fn, key)
             except Exception as e:  # whatever the entry holds, the call compiles
@@ -245,7 +251,7 @@ def _install_failed(package: Any, error: BaseException) -> None:
     fn = tc.package_function(package)
     log.debug("installing a stored entry failed", exc_info=error)
     try:
-        key = tc.source_id_from_fn(fn) if fn is not None else ""
+        key = tc.package_key(package) if fn is not None else ""
     except Exception:
         key = ""
     explain.install_failed(key, f"{type(error).__name__}: {error}; compiling instead", fn=fn)

@@ -95,6 +95,7 @@ from .kernels import (
     register_library,
     triton_cache_dir,
 )
+from .lineages import lineage_key, loading_key, package_key, source_id_of_key, wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
 from .patch import _Patch
 from .probes import (
@@ -201,6 +202,11 @@ __all__ = [
     "set_caching_precompile",
     "set_triton_bundle",
     "source_id_from_fn",
+    "lineage_key",
+    "loading_key",
+    "package_key",
+    "source_id_of_key",
+    "wrapper_lineages",
     "source_pickling",
     "start_all",
     "stop_all",

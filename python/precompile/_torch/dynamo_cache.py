@@ -139,6 +139,7 @@ _DYNAMO_CACHE_METHODS = (
     "load",
     "load_and_install_package",
     "path_prefix",
+    "record_package",
 )
 
 

@@ -1,7 +1,7 @@
 """Every patch `install()` starts, in start order, and what each is doing on this torch.
 
 Patches start in the order below and stop in reverse: where two patches wrap
-one attribute (`serialize_guards` four, `CompilePackage.install` two), each
+one attribute (`serialize_guards` five, `CompilePackage.install` three), each
 puts back what it found.
 
 `PRECOMPILE_PATCHES_OFF=name,name` leaves the named patches unstarted, to see
@@ -24,10 +24,12 @@ from .frames import comprehension_functions, device_type_union, source_pickling,
 from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
+from .identity_guards import identity_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
 from .lean_config import lean_backend_config
 from .lean_imports import lean_cached_graph_imports
+from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
 from .parametrized import parametrized_type_guards
 from .patch import _Patch
@@ -67,6 +69,8 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lean_backend_config", lean_backend_config),
     ("lean_cached_graph_imports", lean_cached_graph_imports),
     ("parametrized_type_guards", parametrized_type_guards),
+    ("wrapper_lineages", wrapper_lineages),
+    ("identity_guards", identity_guards),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).

@@ -1,0 +1,164 @@
+"""Identity guards on globals torch drops under `caching_precompile`: kept, and their frame left unstored, unless a name rebinds the object."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .. import object_paths
+from .guard_logs import _BY_NAME, _GLOBAL_MODULE_OR_BUILTIN
+from .patch import _Patch
+
+# torch/_dynamo/guards.py: the kinds its `caching_precompile` filter drops.
+_IDENTITY = ("ID_MATCH", "CLOSURE_MATCH")
+_DROPPED_BY_TORCH = (*_IDENTITY, "WEAKREF_ALIVE", "DICT_VERSION")
+
+log = logging.getLogger("torch._dynamo.guards")
+
+
+def _identity_kind(entry: Any) -> str | None:
+    """The identity kind of a guard torch's filter would drop, or None."""
+    derived = tuple(getattr(entry, "derived_guard_types", ()) or ())
+    if entry.guard_type in _DROPPED_BY_TORCH:
+        return str(entry.guard_type)
+    if "ID_MATCH" in derived:
+        return "ID_MATCH"
+    if "DICT_VERSION" in derived:
+        return "DICT_VERSION"
+    return None
+
+
+def rebound_by_name(entry: Any) -> bool:
+    """Whether a loading process binds the guarded object again by name, so
+    the identity the dropped guard checked holds there too: a module, builtin
+    or function that generated code imports, a global module or builtin, or
+    a value whose module and qualified name import back to it (a module-level
+    function or class)."""
+    name = str(entry.name)
+    if name.startswith(_BY_NAME):
+        return True
+    if entry.guard_type in _GLOBAL_MODULE_OR_BUILTIN and name.startswith("G["):
+        return True
+    return bool(entry.has_value) and (inspect.ismodule(entry.value) or object_paths.resolves_by_name(entry.value))
+
+
+class _IdentityGuards(_Patch):
+    """Keep the identity guards torch drops under `caching_precompile` on objects no name rebinds.
+
+    With `caching_precompile` on (which `install()` sets), torch drops every
+    ID_MATCH and CLOSURE_MATCH guard from the frame's guards, in the
+    compiling process too, and saves the rest: a function that branches on
+    `CHOICE is MARK`, or calls a module-level lambda `ACT`, is then served
+    its compiled code when `CHOICE` or `ACT` is another object, in this
+    process and in any that loads the entry (a wrong result, with only a
+    warning at compile). While installed, such a guard on a global (a
+    source under `G[...]`) holding an object no name rebinds (an instance, a
+    lambda, a function made in a function) is kept, so the compiled code is checked as torch checks it
+    without precompile, and the frame is not stored: its save is a bypass
+    whose reason names the guard (`unstorable`-like, `bypassed` when loaded).
+    A guard on an object a loading process binds again by name
+    (`rebound_by_name`) is dropped as torch drops it. So are guards on a
+    frame's locals and what they reach (transformers' decorators guard the
+    closure of the function they are passed, `L['func']`, on every call):
+    torch drops those, and keeping them would leave such frames unstored.
+    WEAKREF_ALIVE and DICT_VERSION guards are left to torch.
+
+    Torch versions: 2.11 and newer install that filter inside
+    `CheckFunctionManager.__init__`.
+    Steps aside: `_apply` replaces nothing where `CheckFunctionManager` has no
+    `__init__` taking `guard_filter_fn` and `save_guards`, or no
+    `serialize_guards`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._kept = threading.local()
+
+    def _apply(self) -> None:
+        from torch._dynamo.guards import CheckFunctionManager
+
+        init = vars(CheckFunctionManager).get("__init__")
+        serialize = vars(CheckFunctionManager).get("serialize_guards")
+        if init is None or not callable(serialize):
+            return
+        try:
+            signature = inspect.signature(init)
+        except (TypeError, ValueError):
+            return
+        if "guard_filter_fn" not in signature.parameters or "save_guards" not in signature.parameters:
+            return
+        hook = self
+
+        @functools.wraps(init)
+        def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
+            bound = signature.bind(manager, *args, **kwargs)
+            if not (torch._dynamo.config.caching_precompile and bound.arguments.get("save_guards")):
+                init(manager, *args, **kwargs)
+                return
+            kept: dict[int, str] = {}
+            bound.arguments["guard_filter_fn"] = _filter(bound.arguments.get("guard_filter_fn"), kept)
+            previous = getattr(hook._kept, "guards", None)
+            hook._kept.guards = kept
+            try:
+                # torch's own filter runs only with caching_precompile on; ours
+                # replaces it for this one build, on this thread.
+                with torch._dynamo.config.patch(caching_precompile=False):
+                    init(*bound.args, **bound.kwargs)
+            finally:
+                hook._kept.guards = previous
+
+        @functools.wraps(serialize)
+        def serialize_guards(manager: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+            kept = getattr(hook._kept, "guards", None) or {}
+            output_graph = args[0] if args else kwargs.get("output_graph")
+            for guard in sorted_guards:
+                reason = kept.get(id(guard))
+                if reason is not None and output_graph is not None:
+                    # As torch bypasses an unserializable guard; the empty
+                    # state is never saved (2.11 asserts that one exists).
+                    output_graph.bypass_package(f"Guard evaluation failed: {reason}")
+                    return b""
+            return serialize(manager, builder, sorted_guards, *args, **kwargs)
+
+        self._replace(CheckFunctionManager, "__init__", __init__)
+        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+
+
+def _filter(
+    user: Callable[[Sequence[Any]], Sequence[bool]] | None, kept: dict[int, str]
+) -> Callable[[Sequence[Any]], Sequence[bool]]:
+    """torch's `caching_precompile` guard filter, except that an identity
+    guard on a global holding an object no name rebinds is kept (recorded in `kept`, by the
+    guard's id, with the reason its frame is not stored)."""
+
+    def guard_filter_fn(entries: Sequence[Any]) -> Sequence[bool]:
+        wanted = user(entries) if user is not None else [True] * len(entries)
+        result = []
+        for keep, entry in zip(wanted, entries):
+            kind = _identity_kind(entry) if keep else None
+            if kind is None:
+                result.append(bool(keep))
+            elif kind in _IDENTITY and str(entry.name).startswith("G[") and not rebound_by_name(entry):
+                what = type(entry.value).__name__ if entry.has_value else "object"
+                kept[id(entry.orig_guard)] = (
+                    f"{kind} guard on {entry.name} checks the identity of a {what} that no name binds "
+                    "in another process; the frame is compiled with the guard and not stored"
+                )
+                result.append(True)
+            else:
+                # What torch does: the same warning (guard_logs quiets the
+                # names a loading process imports), and the guard dropped.
+                log.warning("%s guard on %s is dropped with caching_precompile=True.", entry.guard_type, entry.name)
+                result.append(False)
+        return result
+
+    return guard_filter_fn
+
+
+identity_guards = _IdentityGuards()

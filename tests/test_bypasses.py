@@ -1,0 +1,61 @@
+"""Frames torch would store with an identity guard dropped, or cannot store at all.
+
+Under `caching_precompile` torch drops ID_MATCH and CLOSURE_MATCH guards:
+a function calling a module-level lambda was stored without the check that
+the lambda is the one it traced, and a process whose lambda differs was
+served the stored code (a wrong result). Such a guard on an object no name
+binds is now kept and the frame not stored: a later process compiles it and
+computes with its own lambda. A class defined inside a function cannot be
+named in another process: its frame is not stored either, a `bypassed` miss.
+An identity test on an instance (`CHOICE is MARK`) is stored with guards
+that reject another instance. Each later process computes what eager does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from support.counters import counter
+from support.warm_start import run_scenario
+
+pytestmark = pytest.mark.torch
+
+PROGRAM = Path(__file__).resolve().parent / "programs" / "bypasses.py"
+OTHER = {"PRECOMPILE_TEST_OTHER": "1"}
+
+
+def _round_trip(name: str, tmp_path: Path, env: dict[str, str] | None = None) -> tuple[dict, dict]:
+    store = tmp_path / "store"
+    a = run_scenario(name, "compile", store, tmp_path, program=PROGRAM)
+    b = run_scenario(name, "load", store, tmp_path, extra_env=env, program=PROGRAM)
+    for side in (a, b):
+        out, expected = side["outputs"]
+        torch.testing.assert_close(out, expected)
+    return a, b
+
+
+def test_a_global_lambda_is_guarded_and_its_frame_not_stored(tmp_path: Path) -> None:
+    a, b = _round_trip("lambda", tmp_path, OTHER)
+    assert "CLOSURE_MATCH guard on G['ACT']" in a["stderr"], a["stderr"][-3000:]
+    assert counter(b, "precompile", "frames_loaded") == 0, b["counters"]
+    assert counter(b, "precompile", "miss_bypassed") == 1, b["counters"]
+
+
+def test_a_local_class_is_a_bypassed_miss(tmp_path: Path) -> None:
+    a, b = _round_trip("local_class", tmp_path)
+    assert "defined in local scope" in a["stderr"], a["stderr"][-3000:]
+    assert counter(b, "precompile", "miss_bypassed") == 1, b["counters"]
+    assert counter(b, "stats", "unique_graphs") == 1, b["counters"]
+
+
+@pytest.mark.xfail(
+    torch.__version__.startswith("2.11"),
+    reason="torch 2.11 stores `CHOICE is MARK` without a guard that rejects another instance: a wrong result",
+    strict=True,
+)
+def test_an_identity_test_on_an_instance_rejects_another_instance(tmp_path: Path) -> None:
+    a, b = _round_trip("identity", tmp_path, OTHER)
+    assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]
+    assert counter(b, "precompile", "miss_guard_failed") == 1, b["counters"]
