@@ -18,7 +18,9 @@ from .stored import (
     _import_checked,
     _import_script_function,
     _rebuild_dict_subclass,
+    _rebuild_dim_marked,
     _rebuild_guarded_function,
+    _rebuild_optimizer,
 )
 
 # The attribute names each object's guards read, by the object's id, while
@@ -214,8 +216,81 @@ def _parametrized_modules() -> _Rule | None:
     return parametrized_module_rule if parametrizes_here() else None
 
 
+def _is_dim_marking(name: str) -> bool:
+    return name.startswith("_dynamo_") or name == "_has_dynamo_dim_marking"
+
+
+def _tensor_dim_markings() -> _Rule | None:
+    """A guarded tensor keeps the dimension markings the compile saw.
+
+    `torch._dynamo.mark_dynamic` (and `mark_static`, `mark_unbacked`,
+    `maybe_mark_dynamic`) set Python attributes on the tensor
+    (`_dynamo_dynamic_indices`, `_has_dynamo_dim_marking`, ...), and the
+    tensor's guard checks a call's markings against the ones the compile saw.
+    torch's pickler saves a tensor as its metadata only, so the loading
+    process rebuilt that guard as "no marking at compile time" and refused
+    every marked call: each `mark_dynamic` caller recompiled. A tensor a
+    guard reads is saved as torch saves it, plus those attributes, and gets
+    them back before the guards are built (`_rebuild_dim_marked`); the guard
+    is then the one the compile built.
+    """
+    from torch._dynamo.guards import GuardsStatePickler
+
+    # Taken before `_GuardStateReducers` replaces it: torch's own reduction.
+    torch_reduce = vars(GuardsStatePickler).get("reducer_override")
+    if torch_reduce is None:
+        return None
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        if not isinstance(obj, torch.Tensor) or obj.device.type == "meta":
+            return None
+        read = _read_by_guards(pickler)
+        if read is None or id(obj) not in read:
+            return None
+        markings = {k: v for k, v in getattr(obj, "__dict__", {}).items() if _is_dim_marking(k)}
+        if not markings:
+            return None
+        reduced = torch_reduce(pickler, obj)
+        if not isinstance(reduced, tuple) or len(reduced) != 2 or not callable(reduced[0]):
+            return None
+        return _rebuild_dim_marked, (reduced[0], reduced[1], markings)
+
+    return rule
+
+
+def _optimizer_as_saved() -> _Rule | None:
+    """A guarded optimizer comes back as saved, without its class's `__setstate__`.
+
+    A compiled training step that calls `opt.step()` guards the optimizer's
+    param groups, so its guard state carries the optimizer; the tensors no
+    guard reads in its `state` (Adam's `step` counts) are saved as torch's
+    `_Missing` placeholder. Pickle rebuilds the optimizer through
+    `__setstate__`, and Adam's converts each `step` with `float()`, which
+    raises on the placeholder: the guard state never unpickled and every
+    compiled training step with Adam or AdamW recompiled. An optimizer a
+    guard reads is saved as its class and its attribute dict, and rebuilt
+    without `__setstate__` (`_rebuild_optimizer`): the attributes are the ones
+    the compile saw, already in the form `__setstate__` would make them.
+    """
+    optimizer = getattr(torch.optim, "Optimizer", None)
+    if not isinstance(optimizer, type):
+        return None
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        if not isinstance(obj, optimizer):
+            return None
+        read = _read_by_guards(pickler)
+        if read is None or id(obj) not in read or not object_paths.resolves_by_name(type(obj)):
+            return None
+        return _rebuild_optimizer, (type(obj), dict(vars(obj)))
+
+    return rule
+
+
 _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
     _parametrized_modules,
+    _tensor_dim_markings,
+    _optimizer_as_saved,
     _function_by_value,
     _script_function_by_name,
     _unguarded_bystander,

@@ -68,6 +68,23 @@ def _rebuild_dict_subclass(cls: type, items: list[tuple[Any, Any]], attributes: 
     return rebuilt
 
 
+def _rebuild_dim_marked(rebuild: Any, args: tuple[Any, ...], markings: dict[str, Any]) -> Any:
+    """A tensor `_tensor_dim_markings` saved: torch's rebuild, then its markings."""
+    tensor = rebuild(*args)
+    for name, value in markings.items():
+        setattr(tensor, name, value)
+    return tensor
+
+
+def _rebuild_optimizer(cls: type, attributes: dict[str, Any]) -> Any:
+    """An optimizer `_optimizer_as_saved` saved: its attributes as they were."""
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        raise TypeError(f"{cls!r} is not an optimizer class")
+    optimizer = cls.__new__(cls)
+    vars(optimizer).update(attributes)
+    return optimizer
+
+
 def _rebuild_guarded_function(
     code: types.CodeType,
     scope: str,

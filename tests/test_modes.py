@@ -1,0 +1,131 @@
+"""Every compile mode and call style warm-starts a fresh host.
+
+benches/mode_cases.py compiles a small transformer block every way a user calls
+`torch.compile`: `mode="max-autotune"`, `"max-autotune-no-cudagraphs"` and
+`"reduce-overhead"`, `dynamic=True`, `mark_dynamic`, `fullgraph=True`, a plain function,
+a bound method, a decorated method, under `inference_mode`, under bf16 and fp16
+autocast, and a training step with the optimizer step compiled. All cases run in one
+cold process, then in one fresh process that has only the store (new Inductor and
+Triton cache dirs, a compiler spy on PATH). Per case, the outputs must be identical
+and the fresh process must compile nothing: no FX-graph or AOTAutograd cache miss, no
+recompiled frame, no miss, no compiler run, and no autotuning benchmark. Two cases
+do not warm-start whole yet (`_UNSERVED`, strict xfails, each with its cause).
+
+On CUDA the same file runs the GPU modes (CUDA graphs for `reduce-overhead`, Triton
+templates for max-autotune).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from support.counters import counter
+from support.warm_start import run_scenario
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benches"))
+import mode_cases
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(1800)]
+
+PROGRAM = Path(__file__).parent / "programs" / "modes.py"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+CASES = mode_cases.available(DEVICE)
+AUTOTUNED = ("max_autotune", "max_autotune_no_cudagraphs")
+
+# Cases the fresh process cannot serve whole yet, with the miss they get.
+_UNSERVED = {
+    # `@torch.compile` on a method looks its entry up while the class body runs:
+    # the class is not bound in its module yet, so the stored guards (which name
+    # it) do not unpickle, and the method compiles on its first call.
+    "decorated_method": "miss_guards_unreadable",
+    # The optimizer step's graph holds the parameters as graph attributes
+    # (static addresses): torch bypasses that frame at save ("Graph contains
+    # named parameters"), so it compiles again; the step's other frames load.
+    "train_step": "miss_bypassed",
+}
+if torch.__version__ < (2, 12):
+    # torch 2.11: the stored guards of a graph compiled under inference mode or
+    # autocast reject the same call in a fresh process (a `guard_failed` miss);
+    # the failing guard is not yet named.
+    _UNSERVED.update(dict.fromkeys(("inference_mode", "autocast_bf16", "autocast_fp16"), "miss_guard_failed"))
+
+
+@pytest.fixture(scope="session")
+def modes_round_trip(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict]:
+    work = tmp_path_factory.mktemp("modes")
+    store = work / "store"
+    sides = []
+    for mode in ("compile", "load"):
+        log = work / mode / "compiler.log"  # where run_scenario's spy writes
+        side = run_scenario(
+            f"{DEVICE}:{','.join(CASES)}",
+            mode,
+            store,
+            work,
+            extra_env={"PRECOMPILE_TEST_COMPILER_LOG": str(log)},
+            program=PROGRAM,
+            timeout=1500,
+        )
+        side["compiler_log"] = log.read_text().splitlines() if log.exists() else []
+        sides.append(side)
+    return sides[0], sides[1]
+
+
+def _case_counter(side: dict, name: str, group: str, key: str) -> int:
+    return int(side["cases"][name]["counters"].get(group, {}).get(key, 0))
+
+
+def _compiler_runs(side: dict, name: str) -> list[str]:
+    lo, hi = side["cases"][name]["compiler_log_lines"]
+    return [line for line in side["compiler_log"][lo:hi] if line.split()[1:] not in (["-v"], ["--version"])]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=_UNSERVED[n], strict=True)) if n in _UNSERVED else n
+        for n in mode_cases.CASES
+    ],
+)
+def test_case_warm_starts_whole(name: str, modes_round_trip: tuple[dict, dict]) -> None:
+    if name not in CASES:
+        pytest.skip(f"{name} does not run on {DEVICE}")
+    cold, warm = modes_round_trip
+    lo, hi = cold["cases"][name]["outputs"]
+    assert warm["cases"][name]["outputs"] == [lo, hi]
+    for x, y in zip(cold["outputs"][lo:hi], warm["outputs"][lo:hi]):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    counters = warm["cases"][name]["counters"]
+    assert _case_counter(warm, name, "inductor", "fxgraph_cache_miss") == 0, counters
+    assert _case_counter(warm, name, "aot_autograd", "autograd_cache_miss") == 0, counters
+    assert _case_counter(warm, name, "precompile", "frames_recompiled") == 0, counters
+    assert _case_counter(warm, name, "stats", "unique_graphs") == 0, counters
+    misses = {k: v for k, v in counters.get("precompile", {}).items() if k.startswith("miss_")}
+    assert misses == {}, counters
+    assert _compiler_runs(warm, name) == []
+    assert warm["cases"][name]["benchmarks"] == 0
+
+
+def test_autotuning_results_travel(modes_round_trip: tuple[dict, dict]) -> None:
+    """The cold process benchmarked GEMM choices; the fresh one benchmarks none.
+
+    (On CPU the two max-autotune modes compile the same graph: the cold process
+    benchmarks for the first and serves the second from its own FX-graph cache.)"""
+    cold, warm = modes_round_trip
+    assert sum(cold["cases"][n]["benchmarks"] for n in AUTOTUNED) >= 1, [cold["cases"][n] for n in AUTOTUNED]
+    for name in AUTOTUNED:
+        assert warm["cases"][name]["benchmarks"] == 0, warm["cases"][name]
+
+
+def test_the_fresh_process_missed_only_what_is_known(modes_round_trip: tuple[dict, dict]) -> None:
+    cold, warm = modes_round_trip
+    assert cold["report"]["missing_backends"] == 0, cold["report"]
+    assert cold["compiler_runs"], "the cold side should have run the compiler"
+    assert counter(warm, "dynamo_cache", "dynamo_cache_hit") >= 1, warm["counters"]
+    assert counter(warm, "dynamo_cache", "dynamo_cache_error") == 0, warm["stderr"][-3000:]
+    misses = {k: v for k, v in warm["counters"].get("precompile", {}).items() if k.startswith("miss_")}
+    unserved = [_UNSERVED[n] for n in CASES if n in _UNSERVED]
+    assert misses == {m: unserved.count(m) for m in unserved}, warm["stderr"][-3000:]
