@@ -61,11 +61,19 @@ def _model_counter(result: dict, name: str, group: str, key: str) -> int:
     return int(result["models"][name]["counters"].get(group, {}).get(key, 0))
 
 
-# Models whose frames torch saves without compiled code (a guard neither
-# torch nor the store can carry across processes): none in the corpus.
-# T5's guard on type(self.config) is carried (see
+# Models that torch's own store cannot warm-start, by a torch bug the store
+# does not work around. T5's guard on type(self.config) is carried (see
 # precompile._torch.named_class_guards).
-_TORCH_BYPASSES: dict[str, str] = {}
+_TORCH_BYPASSES: dict[str, str] = {
+    # torchvision's batched_nms starts with a graph whose only call is
+    # torch._C._log_api_usage_once: no aten op. With caching_precompile on,
+    # AOTAutograd bundles its cache entry (should_bundle_autograd_cache()), but
+    # Inductor's compile_fx_inner checks only functorch's bundled_autograd_cache
+    # flag, returns the op-free graph as a bound method, and make_entry fails
+    # `expected OutputCode, got <class 'method'>`: the user's call raises,
+    # with or without precompile installed (torch 2.15).
+    "detection": "torch: op-free graph under caching_precompile raises 'expected OutputCode, got method'",
+}
 
 
 @pytest.mark.parametrize(
@@ -80,6 +88,8 @@ def test_model_warm_starts_whole(name: str, corpus_round_trip: tuple[dict, dict]
     if reason is not None:
         pytest.skip(reason)
     cold, warm = corpus_round_trip
+    assert cold["models"][name]["error"] is None, cold["models"][name]["error"]
+    assert warm["models"][name]["error"] is None, warm["models"][name]["error"]
     lo, hi = cold["models"][name]["outputs"]
     assert warm["models"][name]["outputs"] == [lo, hi]
     for x, y in zip(cold["outputs"][lo:hi], warm["outputs"][lo:hi]):
