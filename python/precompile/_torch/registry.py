@@ -27,6 +27,7 @@ from .guards import guard_evaluation, guard_passes, unbuildable_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
 from .named_guards import named_class_guards, script_function_type_guards
+from .op_free_graphs import op_free_graphs
 from .patch import _Patch
 from .probes import probe_load_marks
 from .templates import lazy_kernel_templates
@@ -61,6 +62,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("comprehension_functions", comprehension_functions),
     ("device_type_union", device_type_union),
     ("dropped_guard_notes", dropped_guard_notes),
+    ("op_free_graphs", op_free_graphs),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
