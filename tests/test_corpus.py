@@ -1,7 +1,7 @@
 """Real models warm-start whole: every frame and recompile of the cold process loads.
 
 The corpus (benches/corpus.py: torchvision conv nets, GPT-2, Llama, Mistral, BERT, T5, a
-training step; PRECOMPILE_CORPUS=extended or all runs 26 more) is compiled once in one
+training step; PRECOMPILE_CORPUS=extended or all runs 32 more) is compiled once in one
 cold process, then run again in one fresh process that has only the store: new
 Inductor and Triton cache dirs, a compiler spy on PATH. Per model, the outputs must be identical and the
 fresh process must trace and compile nothing: no FX-graph or AOTAutograd
@@ -61,19 +61,12 @@ def _model_counter(result: dict, name: str, group: str, key: str) -> int:
     return int(result["models"][name]["counters"].get(group, {}).get(key, 0))
 
 
-# Models that torch's own store cannot warm-start, by a torch bug the store
-# does not work around. T5's guard on type(self.config) is carried (see
-# precompile._torch.named_class_guards).
-_TORCH_BYPASSES: dict[str, str] = {
-    # torchvision's batched_nms starts with a graph whose only call is
-    # torch._C._log_api_usage_once: no aten op. With caching_precompile on,
-    # AOTAutograd bundles its cache entry (should_bundle_autograd_cache()), but
-    # Inductor's compile_fx_inner checks only functorch's bundled_autograd_cache
-    # flag, returns the op-free graph as a bound method, and make_entry fails
-    # `expected OutputCode, got <class 'method'>`: the user's call raises,
-    # with or without precompile installed (torch 2.15).
-    "detection": "torch: op-free graph under caching_precompile raises 'expected OutputCode, got method'",
-}
+# Models whose frames torch saves without compiled code (a guard neither
+# torch nor the store can carry across processes): none in the corpus.
+# T5's guard on type(self.config) is carried (see
+# precompile._torch.named_class_guards); the detection model's op-free graph
+# is compiled (precompile._torch.op_free_graphs).
+_TORCH_BYPASSES: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
