@@ -309,6 +309,8 @@ def gpt2_dynamic() -> Calls:
     return calls
 
 
+from corpus_families import FAMILIES  # noqa: E402  (it builds on the helpers above)
+
 EXTENDED: dict[str, tuple[str, Callable[[], Calls]]] = {
     # Decoders.
     "qwen2": ("transformers", lambda: _decoder("Qwen2Config", "Qwen2ForCausalLM", (8, 12))),
@@ -442,6 +444,8 @@ EXTENDED: dict[str, tuple[str, Callable[[], Calls]]] = {
     "llama_train": ("transformers", llama_train),
     "bert_train": ("transformers", bert_train),
     "gpt2_dynamic": ("transformers", gpt2_dynamic),
+    # State-space, diffusion, detection and a second MoE (benches/corpus_families.py).
+    **FAMILIES,
 }
 
 

@@ -1,7 +1,7 @@
 """Real models warm-start whole: every frame and recompile of the cold process loads.
 
 The corpus (benches/corpus.py: torchvision conv nets, GPT-2, Llama, Mistral, BERT, T5, a
-training step; PRECOMPILE_CORPUS=extended or all runs 26 more) is compiled once in one
+training step; PRECOMPILE_CORPUS=extended or all runs 32 more) is compiled once in one
 cold process, then run again in one fresh process that has only the store: new
 Inductor and Triton cache dirs, a compiler spy on PATH. Per model, the outputs must be identical and the
 fresh process must trace and compile nothing: no FX-graph or AOTAutograd
@@ -64,7 +64,8 @@ def _model_counter(result: dict, name: str, group: str, key: str) -> int:
 # Models whose frames torch saves without compiled code (a guard neither
 # torch nor the store can carry across processes): none in the corpus.
 # T5's guard on type(self.config) is carried (see
-# precompile._torch.named_class_guards).
+# precompile._torch.named_class_guards); the detection model's op-free graph
+# is compiled (precompile._torch.op_free_graphs).
 _TORCH_BYPASSES: dict[str, str] = {}
 
 
@@ -80,6 +81,8 @@ def test_model_warm_starts_whole(name: str, corpus_round_trip: tuple[dict, dict]
     if reason is not None:
         pytest.skip(reason)
     cold, warm = corpus_round_trip
+    assert cold["models"][name]["error"] is None, cold["models"][name]["error"]
+    assert warm["models"][name]["error"] is None, warm["models"][name]["error"]
     lo, hi = cold["models"][name]["outputs"]
     assert warm["models"][name]["outputs"] == [lo, hi]
     for x, y in zip(cold["outputs"][lo:hi], warm["outputs"][lo:hi]):

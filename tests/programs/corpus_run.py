@@ -4,7 +4,8 @@
 
 Installs precompile over STORE, runs each corpus model (comma-separated
 MODELS) in turn, saves on `compile`, and writes the outputs plus each model's
-counter deltas, so a failure names the model that recompiled.
+counter deltas, so a failure names the model that recompiled. A model whose
+call raises is recorded with its error, and the next model runs.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
 import torch
@@ -63,8 +65,16 @@ def main() -> None:
         before = _snapshot()
         first_line = _log_lines()
         start = time.perf_counter()
-        result = corpus.run(name)
+        try:
+            result = corpus.run(name)
+            error = None
+        except Exception as e:
+            # One model's failure (a torch bug in its compile) is that
+            # model's test failure; the models after it still run.
+            result = []
+            error = "".join(traceback.format_exception_only(e)).strip()
         per_model[name] = {
+            "error": error,
             "compiler_log_lines": [first_line, _log_lines()],
             "seconds": time.perf_counter() - start,
             "outputs": [len(outputs), len(outputs) + len(result)],

@@ -74,6 +74,18 @@ def graph_break():
     return [fn(torch.randn(8, 8))]
 
 
+def _logged_then_break(x: torch.Tensor) -> torch.Tensor:
+    # As torchvision's ops start: a graph whose one call is no tensor op.
+    torch._C._log_api_usage_once("precompile.test.op_free")
+    torch._dynamo.graph_break()
+    return x + 1
+
+
+def op_free_graph():
+    fn = torch.compile(_logged_then_break)
+    return [fn(torch.arange(4.0))]
+
+
 def _scale(x: torch.Tensor) -> torch.Tensor:
     return (x * 3 + 1).relu().sum(0)
 
@@ -220,6 +232,7 @@ SCENARIOS = {
     "inference": inference,
     "training": training,
     "graph_break": graph_break,
+    "op_free_graph": op_free_graph,
     "dynamic": dynamic,
     "shared": shared,
 }

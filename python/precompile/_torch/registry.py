@@ -20,7 +20,6 @@ from typing import Any
 from .aliases import module_alias_recorder, object_aliases
 from .backward import pending_backwards
 from .dynamo_cache import save_to_dynamo_cache
-from .empty_graphs import empty_graph_backends
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
 from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
@@ -32,6 +31,7 @@ from .lean_config import lean_backend_config
 from .lean_imports import lean_cached_graph_imports
 from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
+from .op_free_graphs import op_free_graphs
 from .parametrized import parametrized_type_guards
 from .patch import _Patch
 from .probes import probe_load_marks
@@ -72,7 +72,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("parametrized_type_guards", parametrized_type_guards),
     ("wrapper_lineages", wrapper_lineages),
     ("identity_guards", identity_guards),
-    ("empty_graph_backends", empty_graph_backends),
+    ("op_free_graphs", op_free_graphs),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
