@@ -135,7 +135,9 @@ def _no_grad_mode(cls: type[Block], mode: str) -> Case:
     def run(device: str) -> list[torch.Tensor]:
         fn = torch.compile(_model(cls, device), mode=mode)
         with torch.no_grad():
-            return [fn(_x(device)) for _ in range(3)]
+            # Cloned at once: under CUDA graphs (reduce-overhead, max-autotune on
+            # a GPU) the next replay overwrites an output torch still owns.
+            return [fn(_x(device)).clone() for _ in range(3)]
 
     return run
 
