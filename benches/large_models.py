@@ -176,13 +176,8 @@ def child(args: argparse.Namespace) -> None:
 def run_child(args: argparse.Namespace, store: str, phase: str, model: str, inductor: Path, store_dir: Path) -> dict:
     work = Path(args.root)
     out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
-    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
+    env = warm_start.fresh_host_env(work, inductor)
     env["LARGE_MODELS_SEQS"] = args.seqs or ",".join(map(str, _seqs_of(args.small)))
-    warm_start._compiler_spy(work / "bin", work / "compiler.log", env)
-    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("CXX", None)
     cmd = [sys.executable, __file__, "child", "--store", store, "--phase", phase, "--model", model]
     cmd += ["--device", args.device, "--work", str(work), "--store-dir", str(store_dir), "--out", str(out)]
     cmd += ["--small"] if args.small else []

@@ -93,13 +93,7 @@ def child(args: argparse.Namespace) -> None:
 
 # --------------------------------------------------------------- parent side
 def _env(work: Path, inductor: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
-    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
-    warm_start._compiler_spy(work / "bin", work / "compiler.log", env)
-    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("CXX", None)
-    return env
+    return warm_start.fresh_host_env(work, inductor)
 
 
 def _cmd(

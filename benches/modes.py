@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from warm_start import _compiler_runs, _compiler_spy, _graphs_compiled  # noqa: E402
+from warm_start import _compiler_runs, _graphs_compiled, fresh_host_env  # noqa: E402
 
 STORES = ("torch", "precompile")
 
@@ -68,12 +67,7 @@ def child(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------- parent side
 def run_child(store: str, phase: str, case: str, device: str, work: Path, inductor: Path, store_dir: Path) -> dict:
     out = work / f"{store}-{case}-{phase}.json"
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
-    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
-    _compiler_spy(work / "bin", work / "compiler.log", env)
-    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("CXX", None)
+    env = fresh_host_env(work, inductor)
     cmd = [sys.executable, __file__, "child", "--store", store, "--phase", phase, "--case", case]
     cmd += ["--device", device, "--store-dir", str(store_dir), "--out", str(out)]
     (work / "compiler.log").unlink(missing_ok=True)

@@ -206,6 +206,18 @@ def _stop_clock(args: argparse.Namespace) -> None:
 _COMPILERS = ("g++", "gcc", "c++", "cc", "clang", "clang++")
 
 
+def fresh_host_env(work: Path, inductor: Path) -> dict[str, str]:
+    """The environment of a fresh host's process: its own Inductor and Triton
+    cache dirs under `inductor`, and the compiler spy of `work` first on PATH."""
+    env = dict(os.environ)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
+    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
+    _compiler_spy(work / "bin", work / "compiler.log", env)
+    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("CXX", None)
+    return env
+
+
 def _compiler_spy(bin_dir: Path, log: Path, env: dict[str, str]) -> None:
     """Wrappers for the C/C++ compilers in `bin_dir` that log each call; the
     compiler `CC` names (Triton builds its stubs with it) is wrapped too."""
@@ -232,12 +244,7 @@ def run_child(
     store: str, phase: str, model: str, device: str, work: Path, inductor: Path, store_dir: Path, profile: str = ""
 ) -> dict:
     out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
-    env = dict(os.environ)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(inductor)
-    env["TRITON_CACHE_DIR"] = str(inductor / "triton")
-    _compiler_spy(work / "bin", work / "compiler.log", env)
-    env["PATH"] = f"{work / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env.pop("CXX", None)
+    env = fresh_host_env(work, inductor)
     cmd = [
         sys.executable,
         __file__,

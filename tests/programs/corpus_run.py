@@ -11,44 +11,18 @@ call raises is recorded with its error, and the next model runs.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import traceback
 from pathlib import Path
 
 import torch
+from counts import delta, log_lines, snapshot
 
 import precompile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benches"))
 import corpus
-
-
-def _snapshot() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    return {k: dict(v) for k, v in counters.items()}
-
-
-def _delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for group, values in after.items():
-        for name, value in values.items():
-            d = value - before.get(group, {}).get(name, 0)
-            if d:
-                out.setdefault(group, {})[name] = d
-    return out
-
-
-def _log_lines() -> int:
-    # The parent's compiler spy log (PRECOMPILE_TEST_COMPILER_LOG), so each
-    # model's compiler calls can be told apart.
-    path = os.environ.get("PRECOMPILE_TEST_COMPILER_LOG")
-    if not path or not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return sum(1 for _ in f)
 
 
 def main() -> None:
@@ -62,8 +36,8 @@ def main() -> None:
     outputs: list[torch.Tensor] = []
     per_model: dict[str, dict] = {}
     for name in names.split(","):
-        before = _snapshot()
-        first_line = _log_lines()
+        before = snapshot()
+        first_line = log_lines()
         start = time.perf_counter()
         try:
             result = corpus.run(name)
@@ -75,10 +49,10 @@ def main() -> None:
             error = "".join(traceback.format_exception_only(e)).strip()
         per_model[name] = {
             "error": error,
-            "compiler_log_lines": [first_line, _log_lines()],
+            "compiler_log_lines": [first_line, log_lines()],
             "seconds": time.perf_counter() - start,
             "outputs": [len(outputs), len(outputs) + len(result)],
-            "counters": _delta(before, _snapshot()),
+            "counters": delta(before, snapshot()),
         }
         outputs += result
     report = None
@@ -91,7 +65,7 @@ def main() -> None:
         }
     torch.save(outputs, out_path + ".pt")
     with open(out_path, "w") as f:
-        json.dump({"counters": _snapshot(), "models": per_model, "report": report}, f)
+        json.dump({"counters": snapshot(), "models": per_model, "report": report}, f)
 
 
 if __name__ == "__main__":

@@ -11,40 +11,15 @@ counter deltas and compiler-log lines (OUT_JSON), as corpus_run.py does.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
+from counts import delta, log_lines, snapshot
 
 import precompile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benches"))
-
-
-def _snapshot() -> dict[str, dict[str, int]]:
-    from torch._dynamo.utils import counters
-
-    return {k: dict(v) for k, v in counters.items()}
-
-
-def _delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
-    out: dict[str, dict[str, int]] = {}
-    for group, values in after.items():
-        for name, value in values.items():
-            d = value - before.get(group, {}).get(name, 0)
-            if d:
-                out.setdefault(group, {})[name] = d
-    return out
-
-
-def _log_lines() -> int:
-    # The parent's compiler spy log, so each case's compiler calls can be told apart.
-    path = os.environ.get("PRECOMPILE_TEST_COMPILER_LOG")
-    if not path or not os.path.exists(path):
-        return 0
-    with open(path) as f:
-        return sum(1 for _ in f)
 
 
 # Autotuning benchmarks run in this process, counted where they start. Inductor's
@@ -75,12 +50,12 @@ def main() -> None:
     outputs: list[torch.Tensor] = []
     per_case: dict[str, dict] = {}
     for name in names.split(","):
-        before, first_line, benchmarks = _snapshot(), _log_lines(), _benchmarks[0]
+        before, first_line, benchmarks = snapshot(), log_lines(), _benchmarks[0]
         result = mode_cases.CASES[name](device)
         per_case[name] = {
-            "compiler_log_lines": [first_line, _log_lines()],
+            "compiler_log_lines": [first_line, log_lines()],
             "outputs": [len(outputs), len(outputs) + len(result)],
-            "counters": _delta(before, _snapshot()),
+            "counters": delta(before, snapshot()),
             "benchmarks": _benchmarks[0] - benchmarks,
         }
         outputs += [o.detach().cpu() for o in result]
@@ -90,7 +65,7 @@ def main() -> None:
         report = {"entries": r.entries, "backends": r.backends, "missing_backends": r.missing_backends}
     torch.save(outputs, out_path + ".pt")
     with open(out_path, "w") as f:
-        json.dump({"counters": _snapshot(), "cases": per_case, "report": report}, f)
+        json.dump({"counters": snapshot(), "cases": per_case, "report": report}, f)
 
 
 if __name__ == "__main__":
