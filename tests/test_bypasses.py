@@ -50,11 +50,6 @@ def test_a_local_class_is_a_bypassed_miss(tmp_path: Path) -> None:
     assert counter(b, "stats", "unique_graphs") == 1, b["counters"]
 
 
-@pytest.mark.xfail(
-    torch.__version__.startswith("2.11"),
-    reason="torch 2.11 stores `CHOICE is MARK` without a guard that rejects another instance: a wrong result",
-    strict=True,
-)
 def test_an_identity_test_on_an_instance_rejects_another_instance(tmp_path: Path) -> None:
     a, b = _round_trip("identity", tmp_path, OTHER)
     assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]

@@ -27,6 +27,7 @@ from .guards import guard_evaluation, guard_passes, unbuildable_guards
 from .identity_guards import identity_guards
 from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
+from .lambda_guard_scope import lambda_guard_scope
 from .lean_config import lean_backend_config
 from .lean_imports import lean_cached_graph_imports
 from .lineages import wrapper_lineages
@@ -73,6 +74,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("wrapper_lineages", wrapper_lineages),
     ("identity_guards", identity_guards),
     ("op_free_graphs", op_free_graphs),
+    ("lambda_guard_scope", lambda_guard_scope),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
