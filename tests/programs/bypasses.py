@@ -13,6 +13,7 @@ counters (OUT_JSON).
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import sys
@@ -34,6 +35,14 @@ MARK = Marker()
 CHOICE = Marker() if OTHER else MARK
 
 
+class Action(enum.Enum):
+    NONE = 0
+    SCALE = 1
+
+
+PICK = Action.SCALE if OTHER else Action.NONE
+
+
 def _local_class() -> type:
     class Scale:
         factor = 3.0
@@ -53,6 +62,14 @@ def through_identity(x: torch.Tensor) -> torch.Tensor:
     return x.sin() if CHOICE is MARK else x.cos()
 
 
+def through_enum_member(x: torch.Tensor, action: Action) -> torch.Tensor:
+    return x.sin() if action is Action.NONE else x.cos()
+
+
+def through_enum_global(x: torch.Tensor) -> torch.Tensor:
+    return x.sin() if PICK is Action.NONE else x.cos()
+
+
 def main() -> None:
     name, mode, store, out_path = sys.argv[1:5]
     from torch._dynamo.utils import counters
@@ -64,6 +81,8 @@ def main() -> None:
         "lambda": (through_lambda, (x,)),
         "local_class": (through_local_class, (x, _local_class()())),
         "identity": (through_identity, (x,)),
+        "enum_member": (through_enum_member, (x, Action.SCALE if OTHER else Action.NONE)),
+        "enum_global": (through_enum_global, (x,)),
     }
     fn, args = calls[name]
     out = torch.compile(fn)(*args)

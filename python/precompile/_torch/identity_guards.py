@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import logging
@@ -39,13 +40,29 @@ def rebound_by_name(entry: Any) -> bool:
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
-    function or class)."""
+    function or class), or an enum member read through its own name."""
     name = str(entry.name)
     if name.startswith(_BY_NAME):
         return True
     if entry.guard_type in _GLOBAL_MODULE_OR_BUILTIN and name.startswith("G["):
         return True
-    return bool(entry.has_value) and (inspect.ismodule(entry.value) or object_paths.resolves_by_name(entry.value))
+    if not entry.has_value:
+        return False
+    value = entry.value
+    return inspect.ismodule(value) or object_paths.resolves_by_name(value) or _enum_member_read_by_name(name, value)
+
+
+def _enum_member_read_by_name(path: str, value: object) -> bool:
+    """Whether the guard reads an enum member through its own name
+    (`G['Action'].NONE`, as transformers' Llama does) on a class that imports
+    by name: a member is one object per class and name and is never rebound,
+    so the loading process's `Action.NONE` is the one its code means. A
+    global that merely holds a member (`MODE = Action.NONE`) may hold another
+    one in another process: its guard stays."""
+    if not isinstance(value, enum.Enum) or not path.endswith(f".{value.name}"):
+        return False
+    cls = type(value)
+    return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
 
 
 class _IdentityGuards(_Patch):
