@@ -286,18 +286,26 @@ def test_backend_setup_gc_defers_full_collections(store: Path, monkeypatch: pyte
     import gc
 
     seen: list[int] = []
-    setup = torch._TorchCompileInductorWrapper.get_compiler_config
+    wrapper = torch._TorchCompileInductorWrapper
 
-    def spy(self: object) -> object:
-        seen.append(gc.get_threshold()[2])
-        return setup(self)
+    def spy() -> None:
+        # Over whatever is in place now: `off` restarts the patches after
+        # backend_setup_gc (lean_backend_config wraps this method too).
+        setup = wrapper.get_compiler_config
 
-    monkeypatch.setattr(torch._TorchCompileInductorWrapper, "get_compiler_config", spy)
+        def get_compiler_config(self: object) -> object:
+            seen.append(gc.get_threshold()[2])
+            return setup(self)
+
+        monkeypatch.setattr(wrapper, "get_compiler_config", get_compiler_config)
+
     before = gc.get_threshold()[2]
     deferred = max(before, getattr(torch._dynamo.config, "gc_gen2_threshold_during_compile", None) or 1000)
     assert deferred != before, "full collections are deferred already outside torch.compile"
+    spy()
     torch.compile(_sin_plus)  # backend setup runs as torch.compile wraps
     with off(tc.backend_setup_gc):
+        spy()
         torch.compile(_sin_plus)
     assert seen == [deferred, before]
 

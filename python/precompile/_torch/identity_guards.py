@@ -6,6 +6,7 @@ import enum
 import functools
 import inspect
 import logging
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,7 +41,8 @@ def rebound_by_name(entry: Any) -> bool:
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
-    function or class), or an enum member read through its own name."""
+    function or class), an enum member read through its own name, or the
+    function Dynamo inlines for a named TorchScript function."""
     name = str(entry.name)
     if name.startswith(_BY_NAME):
         return True
@@ -49,7 +51,30 @@ def rebound_by_name(entry: Any) -> bool:
     if not entry.has_value:
         return False
     value = entry.value
-    return inspect.ismodule(value) or object_paths.resolves_by_name(value) or _enum_member_read_by_name(name, value)
+    return (
+        inspect.ismodule(value)
+        or object_paths.resolves_by_name(value)
+        or _enum_member_read_by_name(name, value)
+        or _inline_of_a_named_script_function(name, value)
+    )
+
+
+def _inline_of_a_named_script_function(path: str, value: object) -> bool:
+    """Whether the guard reads the Python function Dynamo inlines for a
+    TorchScript function (`G['f']._torchdynamo_inline`) whose own name leads
+    back to the script function: the loading process's script function of
+    that name carries its own such function, the one its code means."""
+    if not path.endswith("._torchdynamo_inline"):
+        return False
+    module = sys.modules.get(str(getattr(value, "__module__", "")))
+    qualname = getattr(value, "__qualname__", None)
+    if module is None or not isinstance(qualname, str) or "<locals>" in qualname:
+        return False
+    try:
+        owner = object_paths.walk(module, qualname)
+    except AttributeError:
+        return False
+    return getattr(owner, "_torchdynamo_inline", None) is value
 
 
 def _enum_member_read_by_name(path: str, value: object) -> bool:
