@@ -36,6 +36,15 @@ def _identity_kind(entry: Any) -> str | None:
     return None
 
 
+def _under_a_global(path: str) -> bool:
+    """Whether the guard reads an object under a global, other than through a
+    function's closure cells: a cell of a named function (transformers'
+    decorated `create_causal_mask`) is made by its definition, which the
+    loading process checks by source; those guards are dropped as torch
+    drops them, or the frame would never be stored."""
+    return path.startswith("G[") and "__closure__" not in path
+
+
 def rebound_by_name(entry: Any) -> bool:
     """Whether a loading process binds the guarded object again by name, so
     the identity the dropped guard checked holds there too: a module, builtin
@@ -186,7 +195,7 @@ def _filter(
             kind = _identity_kind(entry) if keep else None
             if kind is None:
                 result.append(bool(keep))
-            elif kind in _IDENTITY and str(entry.name).startswith("G[") and not rebound_by_name(entry):
+            elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry):
                 what = type(entry.value).__name__ if entry.has_value else "object"
                 kept[id(entry.orig_guard)] = (
                     f"{kind} guard on {entry.name} checks the identity of a {what} that no name binds "
