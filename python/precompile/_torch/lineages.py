@@ -133,6 +133,10 @@ class _WrapperLineages(_Patch):
         # code -> the package whose variants its precompile entries hold now.
         self._owner: weakref.WeakKeyDictionary[types.CodeType, weakref.ref[Any]] = weakref.WeakKeyDictionary()
         self._installing: Any = None
+        # The wrapper whose variants every code it loaded holds since the
+        # last install or swap: entering it again needs no check. Every call
+        # of a compiled function enters its wrapper, so this is the hot path.
+        self._settled: weakref.ref[Any] | None = None
 
     def tag(self, package: Any) -> str:
         """The lineage tag of the wrapper `package` belongs to ("" if default or unknown)."""
@@ -200,6 +204,7 @@ class _WrapperLineages(_Patch):
             c_eval_frame._load_precompile_entry = original
             own = _own_code(package)
             with self._lock:
+                self._settled = None
                 self._loaded[package] = loaded
                 ref = weakref.ref(package)
                 # torch's install empties the function's own code's pool first.
@@ -210,10 +215,13 @@ class _WrapperLineages(_Patch):
 
     def _entering(self, package_ref: weakref.ref[Any]) -> Callable[[], None]:
         """On entering a wrapper: its loaded variants are the ones its codes hold."""
+        if self._settled is package_ref:
+            return _nothing
         package = package_ref()
         if package is not None:
             try:
                 self._hold(package)
+                self._settled = package_ref
             except Exception:  # a failed swap leaves torch's pool: the call compiles or is served as torch would
                 log.debug("re-installing a wrapper's loaded variants", exc_info=True)
         return _nothing
@@ -244,6 +252,7 @@ class _WrapperLineages(_Patch):
             self._tags = weakref.WeakKeyDictionary()
             self._loaded = weakref.WeakKeyDictionary()
             self._owner.clear()
+            self._settled = None
 
 
 def _own_code(package: Any) -> types.CodeType | None:
