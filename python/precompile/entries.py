@@ -78,13 +78,15 @@ class SaveMemo:
     reached from several entries is serialized once). `isa`: the stored
     instruction-set probes, the same for every CPU entry of the save.
     `isa_loaded`: the relpaths of those that loaded here.
-    `stubs`: the stored Triton stub libraries, the same for every GPU entry.
+    `stubs`: the stored Triton stub libraries, the same for every entry.
+    `gpu_recorded`: whether this host's GPU key was recorded.
     """
 
     backends: dict[int, str] = dataclasses.field(default_factory=dict)
     isa: tuple[tuple[str, str], ...] | None = None
     isa_loaded: tuple[str, ...] = ()
     stubs: tuple[tuple[str, str, str], ...] | None = None
+    gpu_recorded: bool = False
 
 
 def ref_name(key: str, env_id: str) -> str:
@@ -216,12 +218,16 @@ def put_entry(store: WriteStore, entry: PrecompileCacheEntry, key: str, memo: Sa
     # leave frames whose graphs run C++ kernels on the CPU.
     if memo.isa is None:
         memo.isa, memo.isa_loaded = _put_isa_probes(store)
-    stubs: tuple[tuple[str, str, str], ...] = ()
-    if entry.dynamo.device_type != "cpu":
-        if memo.stubs is None:
-            memo.stubs = triton_stubs.put_stubs(store)
-            host_keys.record(store, gpu=True)
-        stubs = memo.stubs
+    # Every entry carries the Triton stubs this process loaded, a CPU one too:
+    # on a host with a GPU, torch's FX-graph cache hit asks Triton for its
+    # backend hash (`inductor_meta_from_config`), which builds `cuda_utils`
+    # with the C compiler before a CPU graph's first call.
+    if memo.stubs is None:
+        memo.stubs = triton_stubs.put_stubs(store)
+    if entry.dynamo.device_type != "cpu" and not memo.gpu_recorded:
+        host_keys.record(store, gpu=True)
+        memo.gpu_recorded = True
+    stubs = memo.stubs
     qualname, source_file, line = entry_source_location(entry.dynamo)
     parts = _key_parts(entry.dynamo, qualname, line)
     meta = EntryMeta(

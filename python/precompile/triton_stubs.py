@@ -1,4 +1,4 @@
-"""Triton's C stub libraries, shipped with GPU entries.
+"""Triton's C stub libraries, shipped with every entry saved where Triton built them.
 
 Before Triton launches anything it builds small C extension modules with the
 host's C compiler: the driver utilities (`cuda_utils`) and, where Triton's
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import sys
 from typing import Any
 
 from . import _torch as tc
@@ -43,6 +44,8 @@ def validate(key: str, filename: str) -> tuple[str, str]:
 
 def loaded_stubs() -> list[tuple[str, str, str]]:
     """(key, file name, path) of each library this process maps from Triton's cache dir."""
+    if "triton" not in sys.modules:
+        return []  # nothing built by Triton is loaded, and importing it costs a CPU save
     cache_dir = tc.triton_cache_dir()
     if cache_dir is None:
         return []
