@@ -46,11 +46,6 @@ _UNSERVED = {
     # named parameters"), so it compiles again; the step's other frames load.
     "train_step": "miss_bypassed",
 }
-if torch.__version__ < (2, 12):
-    # torch 2.11: the stored guards of a graph compiled under inference mode or
-    # autocast reject the same call in a fresh process (a `guard_failed` miss);
-    # the failing guard is not yet named.
-    _UNSERVED.update(dict.fromkeys(("inference_mode", "autocast_bf16", "autocast_fp16"), "miss_guard_failed"))
 
 
 @pytest.fixture(scope="session")

@@ -21,6 +21,7 @@ from .aliases import module_alias_recorder, object_aliases
 from .backward import pending_backwards
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
+from .guard_dispatch_tls import guard_dispatch_tls
 from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
@@ -75,6 +76,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("identity_guards", identity_guards),
     ("op_free_graphs", op_free_graphs),
     ("lambda_guard_scope", lambda_guard_scope),
+    ("guard_dispatch_tls", guard_dispatch_tls),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
