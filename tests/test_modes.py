@@ -8,8 +8,8 @@ autocast, and a training step with the optimizer step compiled. All cases run in
 cold process, then in one fresh process that has only the store (new Inductor and
 Triton cache dirs, a compiler spy on PATH). Per case, the outputs must be identical
 and the fresh process must compile nothing: no FX-graph or AOTAutograd cache miss, no
-recompiled frame, no miss, no compiler run, and no autotuning benchmark. Two cases
-do not warm-start whole yet (`_UNSERVED`, strict xfails, each with its cause).
+recompiled frame, no miss, no compiler run, and no autotuning benchmark. One case
+does not warm-start whole yet (`_UNSERVED`, a strict xfail, with its cause).
 
 On CUDA the same file runs the GPU modes (CUDA graphs for `reduce-overhead`, Triton
 templates for max-autotune).
@@ -37,10 +37,6 @@ AUTOTUNED = ("max_autotune", "max_autotune_no_cudagraphs")
 
 # Cases the fresh process cannot serve whole yet, with the miss they get.
 _UNSERVED = {
-    # `@torch.compile` on a method looks its entry up while the class body runs:
-    # the class is not bound in its module yet, so the stored guards (which name
-    # it) do not unpickle, and the method compiles on its first call.
-    "decorated_method": "miss_guards_unreadable",
     # The optimizer step's graph holds the parameters as graph attributes
     # (static addresses): torch bypasses that frame at save ("Graph contains
     # named parameters"), so it compiles again; the step's other frames load.

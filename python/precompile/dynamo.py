@@ -146,6 +146,8 @@ class StoreDynamoCache(tc.DynamoStore):
         if disabled():
             tc.counters["precompile"]["disabled_loads"] += 1
             return None
+        if tc.lookup_deferred():
+            return None  # a method in a running class body: looked up on its first call
         with tc.deferred_full_gc():
             key = tc.loading_key(fn)
             try:

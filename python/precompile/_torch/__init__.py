@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .aliases import alias_target, module_alias_recorder, object_aliases
 from .backward import BackwardFailure, compile_pending, pending_backwards
+from .class_body import lookup_deferred
 from .classes import (
     BackendCacheArtifact,
     BundledAOTAutogradCacheArtifact,
@@ -204,6 +205,7 @@ __all__ = [
     "source_id_from_fn",
     "lineage_key",
     "loading_key",
+    "lookup_deferred",
     "package_key",
     "source_id_of_key",
     "wrapper_lineages",

@@ -19,6 +19,7 @@ from typing import Any
 
 from .aliases import module_alias_recorder, object_aliases
 from .backward import pending_backwards
+from .class_body import class_body_methods
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
 from .guard_dispatch_tls import guard_dispatch_tls
@@ -77,6 +78,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("op_free_graphs", op_free_graphs),
     ("lambda_guard_scope", lambda_guard_scope),
     ("guard_dispatch_tls", guard_dispatch_tls),
+    ("class_body_methods", class_body_methods),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
