@@ -30,12 +30,12 @@ COMPILER_MODULES = {
     "torch._inductor.codegen.cpp": "the C++ code generator",
     "torch._inductor.codegen.triton": "the Triton code generator",
     "torch._inductor.codegen.simd": "the SIMD kernel generator both build on",
+    "torch._dynamo.repro.after_dynamo": "Dynamo's minifier, which torch.compile wraps every backend for",
+    "torch._dynamo.debug_utils": "the minifier's helpers",
 }
 # Still imported, by torch itself rather than the store's path:
 # `torch.testing` by `import torch` (autograd's gradcheck) on newer torches;
-# `torch._dynamo.repro.after_dynamo` and `debug_utils` by `torch.compile`
-# (Dynamo wraps every backend for its minifier); `tabulate` only at exit
-# (Dynamo's compile-time summary).
+# `tabulate` only at exit (Dynamo's compile-time summary).
 
 
 def _run(phase: str, store: Path, work: Path, **env: str) -> dict[str, Any]:

@@ -42,6 +42,13 @@ _UNSERVED = {
     # named parameters"), so it compiles again; the step's other frames load.
     "train_step": "miss_bypassed",
 }
+# On CUDA, max-autotune also runs Triton's coordinate-descent tuning at a
+# kernel's first call. Its winner is saved with no binary hash (that config is
+# compiled after the graph's Triton bundle was taken), so it does not travel:
+# the fresh process compiles no graph but benchmarks those kernels again
+# (seen on the H200, torch 2.11: ~107 benchmarks against the cold side's 160).
+_RETUNED = set(AUTOTUNED) if DEVICE == "cuda" else set()
+_RETUNED_REASON = "coordinate-descent tuning results do not travel on CUDA"
 
 
 @pytest.fixture(scope="session")
@@ -77,7 +84,11 @@ def _compiler_runs(side: dict, name: str) -> list[str]:
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(reason=_UNSERVED[n], strict=True)) if n in _UNSERVED else n
+        pytest.param(n, marks=pytest.mark.xfail(reason=_UNSERVED[n], strict=True))
+        if n in _UNSERVED
+        else pytest.param(n, marks=pytest.mark.xfail(reason=_RETUNED_REASON, strict=True))
+        if n in _RETUNED
+        else n
         for n in mode_cases.CASES
     ],
 )
@@ -100,6 +111,7 @@ def test_case_warm_starts_whole(name: str, modes_round_trip: tuple[dict, dict]) 
     assert warm["cases"][name]["benchmarks"] == 0
 
 
+@pytest.mark.xfail(DEVICE == "cuda", reason=_RETUNED_REASON, strict=True)
 def test_autotuning_results_travel(modes_round_trip: tuple[dict, dict]) -> None:
     """The cold process benchmarked GEMM choices; the fresh one benchmarks none.
 

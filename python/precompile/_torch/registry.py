@@ -31,6 +31,7 @@ from .install import backend_capture, backend_setup_gc, install_hardening
 from .kernels import autotune_capture, kernel_capture
 from .lambda_guard_scope import lambda_guard_scope
 from .lean_config import lean_backend_config
+from .lean_debug import lean_backend_debug
 from .lean_imports import lean_cached_graph_imports
 from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
@@ -71,6 +72,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("device_type_union", device_type_union),
     ("dropped_guard_notes", dropped_guard_notes),
     ("lean_backend_config", lean_backend_config),
+    ("lean_backend_debug", lean_backend_debug),
     ("lean_cached_graph_imports", lean_cached_graph_imports),
     ("parametrized_type_guards", parametrized_type_guards),
     ("wrapper_lineages", wrapper_lineages),
