@@ -128,9 +128,13 @@ class _ClassBodyMethods(_Patch):
         try:
             package.initialize(fn, result.dynamo, ignore_inlined_sources=False)
             package.install(result.backends)
-        except RuntimeError:
-            # torch's own answer to an entry that does not install: start empty.
-            log.warning("Failed to load entry from dynamo cache", exc_info=True)
+        except Exception as e:
+            # torch's own answer to an entry that does not install (its
+            # RuntimeError): start empty, so the call compiles and records.
+            if isinstance(e, RuntimeError):
+                log.warning("Failed to load entry from dynamo cache", exc_info=True)
+            else:
+                log.debug("installing the entry of %s", fn.__qualname__, exc_info=True)
             package._initialized = False
             package.initialize(fn, None, ignore_inlined_sources=False)
 
