@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import re
 from typing import Any
 
-from .patch import _Patch
+from .patch import _Patch, source_block
 
 # `torch._inductor.compile_fx.get_patched_config_dict` as each known torch
 # defines it, whitespace removed. The replacement below runs the same steps;
@@ -28,18 +26,9 @@ _PLAIN = (
 def _compile_fx_variant() -> str | None:
     """Which known `get_patched_config_dict` this torch has, read from the
     source file without importing it; None for an unknown one."""
-    spec = importlib.util.find_spec("torch._inductor.compile_fx")
-    if spec is None or not spec.origin:
+    text = source_block("torch._inductor.compile_fx", r"^def get_patched_config_dict\(.*?(?=^[A-Za-z_@])")
+    if text is None:
         return None
-    try:
-        with open(spec.origin, encoding="utf-8") as f:
-            source = f.read()
-    except OSError:
-        return None
-    match = re.search(r"^def get_patched_config_dict\(.*?(?=^[A-Za-z_@])", source, re.S | re.M)
-    if match is None:
-        return None
-    text = re.sub(r"\s+", "", match.group(0))
     return {_ROUTED: "routed", _PLAIN: "plain"}.get(text)
 
 

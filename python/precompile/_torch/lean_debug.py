@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import builtins
 import functools
-import importlib.util
 import re
 import types
 from typing import Any
 
-from .patch import _Patch
+from .patch import _Patch, source_block
 
 _MINIFIER = "torch._dynamo.repro.after_dynamo"
 
@@ -21,18 +20,9 @@ _WRAPPED_ATTRS = {"_torchdynamo_orig_backend", "_compiler_name", "__name__", "ge
 def _minifier_wrapper_matches() -> bool:
     """Whether the minifier's `WrapBackendDebug.__init__` sets what `_LazyBackendDebug`
     sets, read from the source file without importing it."""
-    spec = importlib.util.find_spec(_MINIFIER)
-    if spec is None or not spec.origin:
+    body = source_block(_MINIFIER, r"^class WrapBackendDebug:.*?(?=^    def __call__)")
+    if body is None:
         return False
-    try:
-        with open(spec.origin, encoding="utf-8") as f:
-            source = f.read()
-    except OSError:
-        return False
-    match = re.search(r"^class WrapBackendDebug:.*?(?=^    def __call__)", source, re.S | re.M)
-    if match is None:
-        return False
-    body = re.sub(r"\s+", "", match.group(0))
     return (
         "functools.wraps(unconfigured_compiler_fn)(self)" in body
         and set(re.findall(r"self\.(\w+)=", body)) == _WRAPPED_ATTRS

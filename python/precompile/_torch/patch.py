@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
 from typing import Any
+
+
+def source_block(module: str, pattern: str) -> str | None:
+    """The first block of `module`'s source file that `pattern` (multiline,
+    dot-all) matches, whitespace removed; read without importing the module,
+    so a patch can check which known body a torch has before it imports
+    anything heavy. None where the file or the block is missing."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        return None
+    try:
+        with open(spec.origin, encoding="utf-8") as f:
+            source = f.read()
+    except OSError:
+        return None
+    match = re.search(pattern, source, re.S | re.M)
+    return None if match is None else re.sub(r"\s+", "", match.group(0))
 
 
 class _Patch:
