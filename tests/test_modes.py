@@ -81,17 +81,13 @@ def _compiler_runs(side: dict, name: str) -> list[str]:
     return [line for line in side["compiler_log"][lo:hi] if line.split()[1:] not in (["-v"], ["--version"])]
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=_UNSERVED[n], strict=True))
-        if n in _UNSERVED
-        else pytest.param(n, marks=pytest.mark.xfail(reason=_RETUNED_REASON, strict=True))
-        if n in _RETUNED
-        else n
-        for n in mode_cases.CASES
-    ],
-)
+def _case(name: str) -> object:
+    """A case, a strict xfail with its cause where it does not warm-start whole."""
+    reason = _UNSERVED.get(name) or (_RETUNED_REASON if name in _RETUNED else None)
+    return name if reason is None else pytest.param(name, marks=pytest.mark.xfail(reason=reason, strict=True))
+
+
+@pytest.mark.parametrize("name", [_case(n) for n in mode_cases.CASES])
 def test_case_warm_starts_whole(name: str, modes_round_trip: tuple[dict, dict]) -> None:
     if name not in CASES:
         pytest.skip(f"{name} does not run on {DEVICE}")

@@ -119,8 +119,6 @@ class _ClassBodyMethods(_Patch):
     def _load(package: Any, fn: Any) -> None:
         from torch._dynamo.package import DynamoCache
 
-        if package._codes and any(getattr(c, "guarded_codes", None) for c in package._codes.values()):
-            return  # something compiled into it already
         result = DynamoCache.load(fn)
         if result is None:
             return
