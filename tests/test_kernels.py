@@ -294,3 +294,44 @@ def test_every_kernel_file_of_one_triton_binary_keeps_its_autotuning_result(tmp_
         assert tc.autotune_capture.paths_for("OTHERBINARY") == []
     finally:
         tc.autotune_capture.stop()
+
+
+def _static_autotuner(filename: str | None) -> object:
+    """A static autotuner as Inductor's bundler records one, with just the
+    kernel file set (building a real kernel needs a GPU)."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    from torch._inductor.triton_bundler import StaticallyLaunchedAutotuner
+
+    kernel = CachingAutotuner.__new__(CachingAutotuner)
+    kernel.filename = filename
+    return StaticallyLaunchedAutotuner("key", "triton_red_fused_0", kernel)
+
+
+def test_static_autotuners_name_their_kernel_file_relative_to_the_cache_dir(tmp_path: Path) -> None:
+    from precompile._torch import local_static_autotuners, portable_static_autotuners
+
+    saving, loading = tmp_path / "saving", tmp_path / "loading"
+    name = "cabcdefghijklmnop.py"
+    live = _static_autotuner(str(saving / "ab" / name))
+    elsewhere = _static_autotuner("/opt/kernels/zz/" + name)
+    stored = portable_static_autotuners([live, elsewhere, _static_autotuner(None)], str(saving))
+    assert stored[0].kernel.filename == os.path.join("ab", name)
+    assert live.kernel.filename == str(saving / "ab" / name)  # the live one keeps its path
+    assert stored[1] is elsewhere and stored[2].kernel.filename is None
+    loaded = local_static_autotuners(stored, str(loading))
+    assert loaded[0].kernel.filename == str(loading / "ab" / name)
+    # An absolute name outside Inductor's layout names no file at all.
+    assert loaded[1].kernel.filename is None
+
+
+def test_an_absolute_kernel_file_from_an_older_store_moves_to_this_hosts_dir(tmp_path: Path) -> None:
+    from precompile._torch import local_static_autotuners
+
+    name = "cq3arcwgrok2frhh7skviqwnpans5k64f.py"
+    old = _static_autotuner(f"/tmp/other-host/inductor/q3/{name}")
+    here = _static_autotuner(str(tmp_path / "q3" / name))
+    escaping = _static_autotuner("../../etc/q3/" + name)
+    loaded = local_static_autotuners([old, here, escaping], str(tmp_path))
+    assert loaded[0].kernel.filename == str(tmp_path / "q3" / name)
+    assert loaded[1].kernel.filename == str(tmp_path / "q3" / name)
+    assert loaded[2].kernel.filename is None  # never outside the cache dir

@@ -24,6 +24,7 @@ COMPILER_MODULES = {
     "torch._inductor.select_algorithm": "autotuning between kernel choices; stored code imports its extern_kernels",
     "torch._inductor.autotune_process": "benchmarks kernel choices in subprocesses",
     "torch._inductor.scheduler": "fuses kernels",
+    "torch._inductor.decomposition": "builds the decomposition table lowering uses; a stored graph's options name it",
     "torch._inductor.graph": "GraphLowering; a cache hit reads one of its class attributes",
     "torch._inductor.debug": "the compile's debug tracing; a graph's call reads two of its flags",
     "torch._inductor.codegen.wrapper": "writes the Python wrapper; stored code imports an alignment helper next to it",
@@ -94,3 +95,5 @@ def test_stand_ins_are_what_torch_gives(tmp_path: Path) -> None:
     assert all(out["config_equal"].values()), out["config_equal"]
     assert all(out["extern_kernels_equal"].values()), out["extern_kernels_equal"]
     assert all(out["debug_flags_equal"].values()), out["debug_flags_equal"]
+    assert "torch._inductor.compile_fx.clone_preserve_strides" in out["helpers_equal"], out["helpers_equal"]
+    assert all(out["helpers_equal"].values()), out["helpers_equal"]

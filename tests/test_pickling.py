@@ -174,3 +174,53 @@ def test_a_local_function_with_a_closure_is_refused() -> None:
     captured = torch.ones(1)
     with pytest.raises(pickle.PicklingError):
         pickling.dumps(lambda: captured)
+
+
+_DEFERRED_PROGRAM = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    from precompile import pickling
+    data = bytes.fromhex(sys.argv[2])
+    pickling.DEFERRED_GLOBALS = frozenset({("slow_module", "add_one")})
+    obj = pickling.loads(data)
+    stand_in = obj["fn"]
+    print(type(stand_in).__name__, "slow_module" in sys.modules)
+    import copy  # torch deep-copies a loaded graph's entry
+    print(copy.deepcopy(obj)["fn"] is stand_in, "slow_module" in sys.modules)
+    # Written as the real function, before and after the module is imported.
+    print(pickling.dumps(obj)[0] == data, "slow_module" in sys.modules)
+    print(stand_in(41), "slow_module" in sys.modules)
+    print(type(pickling.loads(data)["fn"]).__name__)
+    """
+)
+
+
+def test_a_deferred_global_imports_its_module_on_first_call(tmp_path: pytest.TempPathFactory) -> None:
+    (tmp_path / "slow_module.py").write_text("def add_one(x):\n    return x + 1\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import slow_module
+
+        data, parts = pickling.dumps({"fn": slow_module.add_one})
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("slow_module", None)
+    assert not parts
+    proc = run_python("-c", _DEFERRED_PROGRAM, tmp_path, data.hex(), timeout=300)
+    assert proc.stdout.split("\n")[:5] == [
+        "DeferredGlobal False",
+        "True False",
+        "True True",
+        "42 True",
+        "function",  # the module is imported now: the real function
+    ]
+
+
+def test_a_global_not_named_deferred_imports_as_pickle_does() -> None:
+    import colorsys
+
+    data, _ = pickling.dumps({"fn": colorsys.rgb_to_hsv})
+    assert pickling.loads(data)["fn"] is colorsys.rgb_to_hsv

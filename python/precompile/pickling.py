@@ -30,13 +30,14 @@ import json
 import marshal
 import pickle
 import struct
+import sys
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["dumps", "loads", "encode_tensor", "decode_tensor"]
+__all__ = ["DeferredGlobal", "dumps", "loads", "encode_tensor", "decode_tensor"]
 
 _PROTOCOL = 4
 _TENSOR_MAGIC = b"precompile-tensor\n"
@@ -106,6 +107,59 @@ def _sort_key(item: Any) -> tuple[str, str]:
     return (type(item).__qualname__, repr(item))
 
 
+class DeferredGlobal:
+    """Stands for a module-level callable whose module is not imported yet.
+
+    A pickle names functions by module; unpickling one imports its module.
+    Some modules a stored object names are costly to import and their
+    function is never called by a loading process (a compiled graph's
+    compile options name Inductor's decomposition selector). Unpickling
+    gives this stand-in for a pair in `DEFERRED_GLOBALS` while its module
+    is not in `sys.modules`; the first call imports the module and calls the
+    real function. Pickled again, it is written as the real function.
+    """
+
+    __slots__ = ("module", "name", "_value")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+        self._value: Any = None
+
+    def resolve(self) -> Any:
+        if self._value is None:
+            self._value = getattr(importlib.import_module(self.module), self.name)
+        return self._value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str]]:
+        # For other picklers (this module's writes the real function).
+        return (_resolve_global, (self.module, self.name))
+
+    # A function copies as itself; so does its stand-in (torch deep-copies
+    # a loaded graph's entry before using it).
+    def __copy__(self) -> DeferredGlobal:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DeferredGlobal:
+        return self
+
+    def __repr__(self) -> str:
+        return f"<deferred {self.module}.{self.name}>"
+
+
+def _resolve_global(module: str, name: str) -> Any:
+    return getattr(importlib.import_module(module), name)
+
+
+# (module, name) pairs that unpickle as a `DeferredGlobal` while the module
+# is not imported. None by default: the torch adapter names the ones it
+# knows a loaded entry never calls (replacing this attribute while installed).
+DEFERRED_GLOBALS: frozenset[tuple[str, str]] = frozenset()
+
+
 # The pure-Python pickler (typeshed does not describe it).
 _PyPickler: Any = pickle._Pickler
 
@@ -168,11 +222,15 @@ class _Pickler(_PyPickler):  # type: ignore[misc]
             raise pickle.PicklingError(f"cannot pickle local function {obj.__qualname__}: {e}") from e
         self.save_reduce(_local_function, (code, obj.__module__, obj.__qualname__, obj.__defaults__), obj=obj)
 
+    def _save_deferred(self, obj: DeferredGlobal) -> None:
+        self.save(obj.resolve())  # the bytes a never-deferred load would write
+
     dispatch[set] = _save_set
     dispatch[frozenset] = _save_set
     dispatch[types.FunctionType] = _save_function
     dispatch[str] = _save_text
     dispatch[bytes] = _save_text
+    dispatch[DeferredGlobal] = _save_deferred
 
     def _part(self, key: Any, encode: Any) -> int:
         index = self._seen.get(key)
@@ -207,6 +265,11 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self._parts = parts
         self._decoded: dict[int, Any] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in DEFERRED_GLOBALS and module not in sys.modules:
+            return DeferredGlobal(module, name)
+        return super().find_class(module, name)
 
     def persistent_load(self, pid: Any) -> Any:
         if not (isinstance(pid, tuple) and len(pid) == 2 and pid[0] in _DECODERS):

@@ -43,7 +43,9 @@ from ._torch import (
     autotune_capture,
     inductor_cache_dir,
     kernel_capture,
+    local_static_autotuners,
     picklable_triton_bundle,
+    portable_static_autotuners,
     register_library,
     set_triton_bundle,
     triton_bundle,
@@ -221,7 +223,7 @@ class StoredGraph:
                     if tuned not in autotune:
                         autotune.append(tuned)
             if bundle.static_autotuners:
-                static_ref = put_pickled(store, list(bundle.static_autotuners))
+                static_ref = put_pickled(store, portable_static_autotuners(list(bundle.static_autotuners), cache_dir))
         libraries = []
         for path, key, cache_class in kernel_capture.libraries_for(graph.cache_key):
             rel = kernels.library_relpath(path, cache_dir)
@@ -288,7 +290,9 @@ class StoredGraph:
                     )
                     for kernel in meta.triton
                 ),
-                [] if meta.static_autotuners is None else load_pickled(meta.static_autotuners, blobs),
+                []
+                if meta.static_autotuners is None
+                else local_static_autotuners(load_pickled(meta.static_autotuners, blobs), inductor_cache_dir()),
             )
         return graph
 

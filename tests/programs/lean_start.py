@@ -64,6 +64,14 @@ if phase == "contract":
     out["extern_kernels_equal"] = {name: value is getattr(real, name, None) for name, value in served.items()}
     out["debug_flags_equal"] = {name: value == getattr(debug, name) for name, value in flags.items()}
     out["debug_is_real"] = torch._inductor.debug is debug
+    # Helpers served in place of a compiler module's re-export of them.
+    from precompile._torch.lean_imports import _stand_ins
+
+    out["helpers_equal"] = {
+        f"{module}.{name}": value is getattr(importlib.import_module(module), name)
+        for module in ("torch._inductor.compile_fx", "torch._inductor.codegen.memory_planning")
+        for name, value in _stand_ins().get(module, {}).items()
+    }
 else:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

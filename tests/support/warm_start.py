@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -60,6 +62,30 @@ def compiler_runs(log: Path) -> list[str]:
     return runs
 
 
+@contextlib.contextmanager
+def _other_sides_hidden(work: Path, side: Path) -> Iterator[None]:
+    """The other sides' Inductor and Triton dirs moved away while `side` runs.
+
+    A stored object may name a path in the host that saved it (a kernel's
+    source file, where its autotuning result sits beside it). On one machine
+    that path would still be there, which a fresh host never has.
+    """
+    moved = []
+    try:
+        for other in work.iterdir():
+            if other == side or not other.is_dir():
+                continue
+            for name in ("inductor", "triton"):
+                path = other / name
+                if path.is_dir():
+                    path.rename(other / f"{name}.hidden")
+                    moved.append(path)
+        yield
+    finally:
+        for path in moved:
+            (path.parent / f"{path.name}.hidden").rename(path)
+
+
 def run_scenario(
     name: str,
     mode: str,
@@ -84,13 +110,14 @@ def run_scenario(
     env.pop("CXX", None)
     env.update(extra_env or {})
     out = side / "result.json"
-    proc = subprocess.run(
-        [sys.executable, str(program), name, mode, str(store), str(out)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    with _other_sides_hidden(work, side):
+        proc = subprocess.run(
+            [sys.executable, str(program), name, mode, str(store), str(out)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
     if proc.returncode != 0:
         raise AssertionError(f"{mode} side of {name} failed:\n{proc.stderr[-6000:]}")
     result = json.loads(out.read_text())

@@ -227,6 +227,71 @@ def picklable_triton_bundle(bundle: Any) -> Any:
     return dataclasses.replace(bundle, static_autotuners=clean)
 
 
+def _with_filename(autotuner: Any, filename: str) -> Any:
+    # A shallow copy by its attributes: the kernel's own copy protocol goes
+    # through `__getstate__`, which refuses a kernel holding launchers.
+    original = autotuner.kernel
+    kernel = object.__new__(type(original))
+    kernel.__dict__.update(vars(original))
+    kernel.filename = filename
+    return dataclasses.replace(autotuner, kernel=kernel)
+
+
+def portable_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[Any]:
+    """Copies of `autotuners` whose kernel file is named relative to `cache_dir`.
+
+    A static autotuner keeps the path of its kernel's source file, and a
+    loading process looks for the kernel's autotuning result (`.best_config`)
+    beside that path. Stored absolute, it names the saving host's Inductor
+    dir: elsewhere the result is not found and every kernel with several
+    configs is benchmarked again at its first launch (which also imports
+    the compiler). Relative, the bytes are the same from any host.
+    """
+    out = []
+    root = os.path.join(os.path.abspath(cache_dir), "")
+    for autotuner in autotuners:
+        filename = getattr(getattr(autotuner, "kernel", None), "filename", None)
+        if isinstance(filename, str) and os.path.isabs(filename) and filename.startswith(root):
+            autotuner = _with_filename(autotuner, os.path.relpath(filename, root))
+        out.append(autotuner)
+    return out
+
+
+def local_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[Any]:
+    """`autotuners` with each kernel file named in this host's `cache_dir`.
+
+    A relative name (see `portable_static_autotuners`) is joined to it. An
+    absolute one, from a store written before names were relative, is moved
+    when it has Inductor's layout (`<dir>/<name[1:3]>/<name>.py`). Any other
+    name, or one that would leave `cache_dir`, becomes None: Inductor then
+    neither reads nor writes an autotuning result for that kernel (it
+    benchmarks at the first launch, as with no result), so a stored name
+    never makes it touch a path outside the cache dir.
+    """
+    out = []
+    root = os.path.abspath(cache_dir)
+    for autotuner in autotuners:
+        kernel: Any = getattr(autotuner, "kernel", None)
+        filename = getattr(kernel, "filename", None)
+        if isinstance(filename, str) and filename:
+            kernel.filename = _local_kernel_file(filename, root)
+        out.append(autotuner)
+    return out
+
+
+def _local_kernel_file(filename: str, root: str) -> str | None:
+    inside = os.path.join(root, "")
+    if not os.path.isabs(filename):
+        local = os.path.normpath(os.path.join(root, filename))
+        return local if local.startswith(inside) else None
+    if filename.startswith(inside):
+        return filename
+    subdir, name = os.path.split(filename)
+    if os.path.basename(subdir) == name[1:3] and name.endswith(".py") and "/" not in name:
+        return os.path.join(root, name[1:3], name)
+    return None
+
+
 def _make_result_picklable(result: Any) -> None:
     for side in ("compiled_fw", "compiled_bw"):
         graph: Any = getattr(getattr(result, side, None), "result", None)

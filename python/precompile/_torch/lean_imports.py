@@ -14,7 +14,7 @@ import types
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from .patch import _Patch
+from .patch import _Patch, source_block
 
 _SELECT_ALGORITHM = "torch._inductor.select_algorithm"
 
@@ -142,6 +142,9 @@ def _stand_ins() -> dict[str, dict[str, Any]]:
         "torch._inductor.codegen.memory_planning", "from ..utils import _align,"
     ):
         served["torch._inductor.codegen.memory_planning"] = {"_align": utils._align}
+    compile_fx = source_block("torch._inductor.compile_fx", r"^from \.utils import \(.*?\)")
+    if hasattr(utils, "clone_preserve_strides") and compile_fx and ",clone_preserve_strides," in compile_fx:
+        served["torch._inductor.compile_fx"] = {"clone_preserve_strides": utils.clone_preserve_strides}
     graph = _module_source("torch._inductor.graph")
     if "class GraphLowering(" in graph and re.search(r"^    save_output_code: .* = None$", graph, re.M):
         served["torch._inductor.graph"] = {"GraphLowering": _UnloadedGraphLowering}
@@ -165,6 +168,10 @@ class _LeanCachedGraphImports(_Patch):
     `_align` is `torch._inductor.utils._align` (which `memory_planning`
     re-exports), and `GraphLowering.save_output_code` is None (nothing can
     have set it). Any other import, in any thread, is Python's own.
+    A Triton kernel benchmarked at its first launch (`maybe_clone_args`)
+    imports `clone_preserve_strides` from `compile_fx`, which re-exports
+    it from `torch._inductor.utils`: inside that method, the same window
+    serves it from `utils`.
 
     Torch versions: 2.11 and newer.
     Steps aside: `_apply` replaces nothing where `cache_hit_post_compile` is
@@ -203,6 +210,28 @@ class _LeanCachedGraphImports(_Patch):
                 return original(*args, **kwargs)
 
         self._replace(FxGraphCache, "cache_hit_post_compile", staticmethod(cache_hit_post_compile))
+        self._lean_autotune_args()
+
+    def _lean_autotune_args(self) -> None:
+        # A Triton kernel benchmarked at its first launch clones its in-place
+        # arguments with a helper it imports from `compile_fx` (the compiler).
+        if "torch._inductor.compile_fx" not in self._served:
+            return
+        try:
+            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        except ImportError:
+            return
+        original = vars(CachingAutotuner).get("maybe_clone_args")
+        if not callable(original):
+            return
+        lean = self
+
+        @functools.wraps(original)
+        def maybe_clone_args(*args: Any, **kwargs: Any) -> Any:
+            with lean._window():
+                return original(*args, **kwargs)
+
+        self._replace(CachingAutotuner, "maybe_clone_args", maybe_clone_args)
 
     @contextlib.contextmanager
     def _window(self) -> Iterator[None]:

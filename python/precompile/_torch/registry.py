@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .aliases import module_alias_recorder, object_aliases
+from .autotune_reuse import autotune_reuse
 from .backward import pending_backwards
 from .class_body import class_body_methods
 from .dynamo_cache import save_to_dynamo_cache
@@ -33,6 +34,7 @@ from .lambda_guard_scope import lambda_guard_scope
 from .lean_config import lean_backend_config
 from .lean_debug import lean_backend_debug
 from .lean_imports import lean_cached_graph_imports
+from .lean_pickled_globals import lean_pickled_globals
 from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
 from .op_free_graphs import op_free_graphs
@@ -50,6 +52,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("kernel_capture", kernel_capture),
     ("probe_load_marks", probe_load_marks),
     ("autotune_capture", autotune_capture),
+    ("autotune_reuse", autotune_reuse),
     ("guard_evaluation", guard_evaluation),
     ("backend_capture", backend_capture),
     ("pending_backwards", pending_backwards),
@@ -74,6 +77,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lean_backend_config", lean_backend_config),
     ("lean_backend_debug", lean_backend_debug),
     ("lean_cached_graph_imports", lean_cached_graph_imports),
+    ("lean_pickled_globals", lean_pickled_globals),
     ("parametrized_type_guards", parametrized_type_guards),
     ("wrapper_lineages", wrapper_lineages),
     ("identity_guards", identity_guards),
