@@ -29,6 +29,11 @@ runs (a spy on PATH), kernels loaded and kernels per second of compile phase,
 the time per kernel inside the load against loading the same binaries raw
 (GPU: Triton's `load_binary`, i.e. cuModuleLoadData; CPU: `dlopen` of a
 copy of each kernel library), and the store's bytes.
+
+`--stores precompile` leaves torch's cells out (shown as `-`); `--profile DIR`
+samples the fresh host's timed window (benches/sampler.py) (`--profile-stores` picks
+whose); `--keep-store DIR` keeps precompile's filled store and `--reuse-store
+DIR` starts a later run's fresh host from it; `--small --layers 16` keeps a full model's layer count at small widths.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import warm_start  # noqa: E402  (the compiler spy, byte compile, du, graph counts)
+from sampler import Sampler  # noqa: E402
 
 LLAMAS = {
     "1b": {
@@ -101,6 +107,8 @@ def build(name: str, device: str, small: bool, work: str) -> tuple[Any, list[Any
     from transformers import LlamaConfig, LlamaForCausalLM
 
     shape = {**LLAMAS[name], **(SMALL[name] if small else {})}
+    if os.environ.get("LARGE_MODELS_LAYERS"):
+        shape["num_hidden_layers"] = int(os.environ["LARGE_MODELS_LAYERS"])
     config = LlamaConfig(**shape, max_position_embeddings=4096)
     torch.set_default_dtype(torch.bfloat16)
     # Made on the device, uninitialised, then filled there: an 8B model built
@@ -126,31 +134,38 @@ def child(args: argparse.Namespace) -> None:
     torch._dynamo.config.caching_precompile = args.store != "eager"
     gpu = kernel_loads.GpuKernelLog() if args.device == "cuda" else None
     install_s = 0.0
+    sampler = _sampler(args)
     if args.store == "precompile":
         # install() imports the torch internals torch's own load imports inside the first call.
-        start = time.perf_counter()
-        import precompile
+        with sampler:
+            start = time.perf_counter()
+            import precompile
 
-        precompile.install(args.store_dir, save_on_exit=False)
-        install_s = time.perf_counter() - start
+            precompile.install(args.store_dir, save_on_exit=False)
+            install_s = time.perf_counter() - start
     net, inputs = build(args.model, args.device, args.small, args.work)
     inductor = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     libraries_before = kernel_loads.mapped_libraries(inductor)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     calls = []
-    with torch.no_grad():
+    with torch.no_grad(), sampler:  # the timed window only: not building the model
         start = time.perf_counter()
         fn = net if args.store == "eager" else torch.compile(net)
+        wrap_s = time.perf_counter() - start
         for x in inputs:
             t = time.perf_counter()
             fn(x) if args.model == "breaks24" else fn(input_ids=x, use_cache=False)
             sync()
             calls.append(time.perf_counter() - t)
         first = time.perf_counter() - start + install_s
+    if isinstance(sampler, Sampler):
+        Path(args.profile).mkdir(parents=True, exist_ok=True)
+        sampler.write(Path(args.profile) / f"{args.store}-{args.model}-{args.phase}")
     out: dict[str, Any] = {
         "first_call_s": first,
         "calls_s": calls,
         "install_s": install_s,
+        "wrap_s": wrap_s,
         "process_to_output_s": time.time() - float(args.launched),
     }
     if gpu is not None:
@@ -172,15 +187,25 @@ def child(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps(out))
 
 
+def _sampler(args: argparse.Namespace) -> contextlib.AbstractContextManager[Any]:
+    """A sampler of the timed window when --profile asks for this cell (fresh hosts only)."""
+    if not args.profile or args.phase != "fresh" or args.store not in args.profile_stores.split(","):
+        return contextlib.nullcontext()
+    return Sampler()
+
+
 # --------------------------------------------------------------- parent side
 def run_child(args: argparse.Namespace, store: str, phase: str, model: str, inductor: Path, store_dir: Path) -> dict:
     work = Path(args.root)
     out = work / f"{store}-{model}-{phase}-{time.monotonic_ns()}.json"
     env = warm_start.fresh_host_env(work, inductor)
     env["LARGE_MODELS_SEQS"] = args.seqs or ",".join(map(str, _seqs_of(args.small)))
+    if args.layers:
+        env["LARGE_MODELS_LAYERS"] = str(args.layers)
     cmd = [sys.executable, __file__, "child", "--store", store, "--phase", phase, "--model", model]
     cmd += ["--device", args.device, "--work", str(work), "--store-dir", str(store_dir), "--out", str(out)]
     cmd += ["--small"] if args.small else []
+    cmd += ["--profile", args.profile, "--profile-stores", args.profile_stores] if args.profile else []
     (work / "compiler.log").unlink(missing_ok=True)
     proc = subprocess.run([*cmd, "--launched", repr(time.time())], env=env, capture_output=True, text=True)
     print(f"  {model} / {store} / {phase}", file=sys.stderr)
@@ -199,15 +224,28 @@ def measure(args: argparse.Namespace, model: str) -> dict[str, Any]:
     root.mkdir()
     res: dict[str, Any] = {"eager": {"fresh": run_child(args, "eager", "fresh", model, root / "eager", root)}}
     for store in ("torch", "precompile"):
+        if store not in args.stores.split(","):
+            res[store] = {"cold": {"crashed": "not run"}, "fresh": {"crashed": "not run"}, "bytes": 0}
+            continue
         inductor = root / f"{store}-cold"
         store_dir = root / "store" if store == "precompile" else inductor / "dynamo"
-        cold = run_child(args, store, "cold", model, inductor, store_dir)
+        if store == "precompile" and args.reuse_store:
+            # A store an earlier run kept: the fresh host alone, for profiling a change.
+            shutil.copytree(Path(args.reuse_store) / model, store_dir)
+            cold = {"crashed": "not run"}
+        else:
+            cold = run_child(args, store, "cold", model, inductor, store_dir)
+        if store == "precompile" and args.keep_store:
+            shutil.copytree(store_dir, Path(args.keep_store) / model, dirs_exist_ok=True)
         fresh_inductor = root / f"{store}-fresh"
         if store == "torch":
             # torch's entries live inside the Inductor cache dir: carry only them.
             if store_dir.exists():
                 shutil.copytree(store_dir, fresh_inductor / "dynamo")
             store_dir = fresh_inductor / "dynamo"
+        # A stored object may name a file under the cold run's dir (a kernel's
+        # source, its autotuning result beside it): a fresh host has no such path.
+        shutil.rmtree(inductor, ignore_errors=True)
         fresh = run_child(args, store, "fresh", model, fresh_inductor, store_dir)
         res[store] = {"cold": cold, "fresh": fresh, "bytes": warm_start._du(store_dir)}
     eager = res["eager"]["fresh"]
@@ -245,6 +283,8 @@ def print_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) ->
     rows = [
         ("cold first calls s", "cold", "first_call_s", ".2f"),
         ("first calls s", "fresh", "first_call_s", ".3f"),
+        ("  import + install() s", "fresh", "install_s", ".3f"),
+        ("  torch.compile() s", "fresh", "wrap_s", ".3f"),
         ("  per length s", "fresh", "calls_s", ".2f"),
         ("compile phase s", "fresh", "compile_phase_s", ".3f"),
         ("process start->output s", "fresh", "process_to_output_s", ".2f"),
@@ -270,7 +310,7 @@ def print_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) ->
             crashed = [
                 res[s].get(phase, {}).get("crashed") if s != "eager" else None for s in ("eager", "torch", "precompile")
             ]
-            text = ["crash" if c else fmt(v, spec) for v, c in zip(cells, crashed)]
+            text = [("-" if c == "not run" else "crash") if c else fmt(v, spec) for v, c in zip(cells, crashed)]
             t, p = cells[1], cells[2]
             ratio = (
                 f"{t / p:.2f}x"
@@ -289,11 +329,21 @@ def main() -> None:
     for name in ("--store", "--phase", "--model", "--device", "--work", "--store-dir", "--out", "--launched"):
         c.add_argument(name, required=True)
     c.add_argument("--small", action="store_true")
+    c.add_argument("--profile", default="")
+    c.add_argument("--profile-stores", default="precompile")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="1b,breaks24", help="comma-separated: 1b, 8b, breaks24")
     ap.add_argument("--small", action="store_true", help="CPU-sized: 2 layers, lengths 16,32,64")
     ap.add_argument("--seqs", default="", help="sequence lengths (default 128,512,2048; --small 16,32,64)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--layers", type=int, default=0, help="override the Llamas' layer count (e.g. --small --layers 16)")
+    ap.add_argument("--stores", default="torch,precompile", help="which stores to run beside eager")
+    ap.add_argument("--keep-store", default="", help="copy precompile's filled store to DIR/MODEL")
+    ap.add_argument("--reuse-store", default="", help="skip precompile's cold compile: start from DIR/MODEL")
+    ap.add_argument(
+        "--profile", default="", help="sample each fresh host's timed window: DIR/STORE-MODEL-fresh.txt and .folded"
+    )
+    ap.add_argument("--profile-stores", default="precompile", help="whose fresh host --profile covers")
     args = ap.parse_args()
     if args.cmd == "child":
         child(args)

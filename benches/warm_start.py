@@ -301,6 +301,12 @@ def measure(store: str, model: str, device: str, root: Path, repeat: int, profil
     store_dir = work / "store" if store == "precompile" else inductor / "dynamo"
     cold = run_child(store, "cold", model, device, work, inductor, store_dir)
     warm = [run_child(store, "warm", model, device, work, inductor, store_dir) for _ in range(repeat)]
+    if inductor.exists():
+        # A stored object may name a file under the cold run's dir (a kernel's
+        # source, its autotuning result beside it): a fresh host has no such path.
+        inductor = inductor.rename(work / "inductor.hidden")
+        if store == "torch":
+            store_dir = inductor / "dynamo"
     fresh = []
     for i in range(repeat):
         fresh_inductor = work / f"fresh{i}"
