@@ -202,6 +202,11 @@ class _ParametrizedTypeGuards(_Patch):
 
         @functools.wraps(original)
         def TYPE_MATCH(builder: Any, guard: Any) -> None:
+            if not _rebuilt:
+                # Nothing rebuilt in this process: torch's own, without
+                # evaluating the guard's source a second time.
+                original(builder, guard)
+                return
             value = builder.get(guard)
             saved = _rebuilt.get(type(value))
             if saved is None:
