@@ -31,11 +31,13 @@ __all__ = [
     "LOAD_EXTENSIONS",
     "autotune_relpath",
     "is_load_file",
+    "kernel_source_relpath",
     "mark_probe_loaded",
     "place_autotune",
     "place_library",
     "trim_group_file",
     "validate_autotune_path",
+    "validate_kernel_source_path",
     "validate_library_path",
 ]
 
@@ -46,6 +48,9 @@ _LIBRARY_PATH = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_.\-]{1,200}\.so$")
 # Inductor's `<dir of the kernel source>/<key>.best_config`: a two-character
 # dir and a hash-derived name.
 _AUTOTUNE_PATH = re.compile(r"^[A-Za-z0-9_]{2}/[A-Za-z0-9_\-]{1,200}\.best_config$")
+# A Triton kernel's source file, `<name[1:3]>/<name>.py`, which its
+# autotuning result sits beside.
+_KERNEL_SOURCE_PATH = re.compile(r"^([A-Za-z0-9_]{2})/[A-Za-z0-9_]\1[A-Za-z0-9_\-]{0,198}\.py$")
 
 
 def is_load_file(filename: str) -> bool:
@@ -80,6 +85,13 @@ def validate_autotune_path(relpath: str) -> str:
     return relpath
 
 
+def validate_kernel_source_path(relpath: str) -> str:
+    """Refuse a stored kernel source path that is not Inductor's layout inside the cache dir."""
+    if not _KERNEL_SOURCE_PATH.match(relpath) or ".." in relpath:
+        raise ValueError(f"refusing stored kernel source path {relpath!r}")
+    return relpath
+
+
 def _relpath(path: str, cache_dir: str, validate: Callable[[str], str]) -> str | None:
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(cache_dir))
     if rel.startswith(".."):
@@ -98,6 +110,11 @@ def library_relpath(path: str, cache_dir: str) -> str | None:
 def autotune_relpath(path: str, cache_dir: str) -> str | None:
     """An autotuning result's `path` relative to the Inductor cache dir, or None."""
     return _relpath(path, cache_dir, validate_autotune_path)
+
+
+def kernel_source_relpath(path: str, cache_dir: str) -> str | None:
+    """A Triton kernel source file's `path` relative to the Inductor cache dir, or None."""
+    return _relpath(path, cache_dir, validate_kernel_source_path)
 
 
 def mark_probe_loaded(cache_dir: str, relpath: str) -> None:

@@ -247,13 +247,13 @@ def portable_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[An
     configs is benchmarked again at its first launch (which also imports
     the compiler). Relative, the bytes are the same from any host.
     """
+    from .. import kernels
+
     out = []
-    root = os.path.join(os.path.abspath(cache_dir), "")
     for autotuner in autotuners:
         filename = getattr(getattr(autotuner, "kernel", None), "filename", None)
-        if isinstance(filename, str) and os.path.isabs(filename) and filename.startswith(root):
-            autotuner = _with_filename(autotuner, os.path.relpath(filename, root))
-        out.append(autotuner)
+        rel = kernels.kernel_source_relpath(filename, cache_dir) if isinstance(filename, str) else None
+        out.append(autotuner if rel is None else _with_filename(autotuner, rel))
     return out
 
 
@@ -261,35 +261,26 @@ def local_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[Any]:
     """`autotuners` with each kernel file named in this host's `cache_dir`.
 
     A relative name (see `portable_static_autotuners`) is joined to it. An
-    absolute one, from a store written before names were relative, is moved
-    when it has Inductor's layout (`<dir>/<name[1:3]>/<name>.py`). Any other
-    name, or one that would leave `cache_dir`, becomes None: Inductor then
-    neither reads nor writes an autotuning result for that kernel (it
-    benchmarks at the first launch, as with no result), so a stored name
-    never makes it touch a path outside the cache dir.
+    absolute one, from a store written before names were relative, keeps its
+    last two parts when they have Inductor's layout (`<name[1:3]>/<name>.py`).
+    Any other name becomes None: Inductor then neither reads nor writes an
+    autotuning result for that kernel (it benchmarks at the first launch, as
+    with no result), so a stored name never makes it touch a path outside
+    the cache dir.
     """
-    out = []
-    root = os.path.abspath(cache_dir)
+    from .. import kernels
+
     for autotuner in autotuners:
         kernel: Any = getattr(autotuner, "kernel", None)
         filename = getattr(kernel, "filename", None)
         if isinstance(filename, str) and filename:
-            kernel.filename = _local_kernel_file(filename, root)
-        out.append(autotuner)
-    return out
-
-
-def _local_kernel_file(filename: str, root: str) -> str | None:
-    inside = os.path.join(root, "")
-    if not os.path.isabs(filename):
-        local = os.path.normpath(os.path.join(root, filename))
-        return local if local.startswith(inside) else None
-    if filename.startswith(inside):
-        return filename
-    subdir, name = os.path.split(filename)
-    if os.path.basename(subdir) == name[1:3] and name.endswith(".py") and "/" not in name:
-        return os.path.join(root, name[1:3], name)
-    return None
+            if os.path.isabs(filename):
+                filename = "/".join(filename.rsplit("/", 2)[-2:])
+            try:
+                kernel.filename = os.path.join(cache_dir, kernels.validate_kernel_source_path(filename))
+            except ValueError:
+                kernel.filename = None
+    return autotuners
 
 
 def _make_result_picklable(result: Any) -> None:
