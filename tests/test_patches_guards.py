@@ -343,3 +343,57 @@ def test_device_type_union_keeps_the_accelerator_of_an_earlier_frame(store: Path
     assert _recorded_entry(_to_cpu_after_a_break, x).device_type == "cuda"
     with off(tc.device_type_union):
         assert _recorded_entry(_to_cpu_after_a_break, x).device_type == "cpu"
+
+
+def _fake_tensors(root: object) -> list[Any]:
+    """The fake tensors reachable from `root` through containers, modules'
+    and plain objects' attributes (not through modules of code or classes)."""
+    import gc
+    import types
+
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    found: dict[int, Any] = {}
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, str, bytes)):
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, FakeTensor):
+            found[id(obj)] = obj
+            continue
+        stack.extend(gc.get_referents(obj))
+    return list(found.values())
+
+
+def test_guard_state_fake_mode_shares_one_mode_among_a_states_tensors(store: Path) -> None:
+    """torch rebuilds each stored tensor in a fake mode of its own; while the
+    store unpickles a state, its tensors share one, and each is the tensor
+    torch would have rebuilt."""
+    require(tc.guard_state_fake_mode)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    x = torch.randn(3, 4)
+    forget(net.forward)
+    try:
+        torch.compile(net, backend="eager")(x)
+        states = [g.guards_state for code in _entry().codes for g in code.guarded_codes]
+        assert len(states) == 1
+        (data,) = states
+    finally:
+        forget(net.forward)
+
+    def modes() -> tuple[int, list[tuple[Any, ...]]]:
+        fakes = _fake_tensors(tc.load_guards_state(data))
+        described = sorted(
+            (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad, type(t).__name__) for t in fakes
+        )
+        return len({id(t.fake_mode) for t in fakes}), described
+
+    shared, tensors = modes()
+    with off(tc.guard_state_fake_mode):
+        own, torchs = modes()
+    assert len(tensors) >= 4  # the two layers' weights and biases
+    assert tensors == torchs
+    assert (shared, own) == (1, len(tensors))

@@ -60,6 +60,7 @@ from .graphs import (
     set_triton_bundle,
     triton_bundle,
 )
+from .guard_fake_mode import guard_state_fake_mode
 from .guard_state import (
     guard_state_dump_errors,
     guard_state_handoff,
@@ -161,6 +162,7 @@ __all__ = [
     "guard_failures",
     "guard_passes",
     "guard_state_dump_errors",
+    "guard_state_fake_mode",
     "guard_state_handoff",
     "guard_state_reducers",
     "guarded_variants",

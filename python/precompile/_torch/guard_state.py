@@ -11,6 +11,7 @@ from typing import Any
 import torch._dynamo.package as dynamo_package
 from torch._dynamo.exc import PackageError
 
+from .guard_fake_mode import one_fake_mode_per_state
 from .guard_state_rules import _REDUCER_RULES, _attributes_read
 from .patch import _Patch
 from .stored import _changed_reads
@@ -211,7 +212,8 @@ def unpickle_guards_state(unpickle: Callable[[bytes], Any], data: bytes) -> Any:
     found: list[str] = []
     _changed_reads.found = found
     try:
-        state = unpickle(data)
+        with one_fake_mode_per_state():
+            state = unpickle(data)
     finally:
         _changed_reads.found = outer
     if found:

@@ -24,6 +24,7 @@ from .class_body import class_body_methods
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
 from .guard_dispatch_tls import guard_dispatch_tls
+from .guard_fake_mode import guard_state_fake_mode
 from .guard_logs import dropped_guard_notes
 from .guard_state import guard_state_dump_errors, guard_state_handoff, guard_state_reducers
 from .guards import guard_evaluation, guard_passes, unbuildable_guards
@@ -64,6 +65,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lazy_kernel_templates", lazy_kernel_templates),
     ("backend_setup_gc", backend_setup_gc),
     ("guard_state_handoff", guard_state_handoff),
+    ("guard_state_fake_mode", guard_state_fake_mode),
     ("named_class_guards", named_class_guards),
     ("guard_passes", guard_passes),
     ("guard_state_reducers", guard_state_reducers),
