@@ -133,6 +133,21 @@ class StoreDynamoCache(tc.DynamoStore):
         lineage's key (`_torch.lineages`): a second wrapper of the same
         function keeps its own entry instead of replacing the first's."""
         tc.PrecompileContext.record_dynamo_cache_entry(cache_entry=package.cache_entry(), key=tc.package_key(package))
+        held = tc.single_flight.take(package)
+        if held is not None:
+            self._save_for_waiters(package, *held)
+
+    def _save_for_waiters(self, package: tc.CompilePackage, key: str, lock: Any) -> None:
+        """Save the entry other processes wait for (`_torch.single_flight`),
+        then let them look it up. Dynamo has compiled the frame and not run it
+        yet: the waiters must not wait on anything the compiled code does."""
+        try:
+            self.save_cache_entry(package.cache_entry(), key)
+            tc.counters["precompile"]["single_flight_saves"] += 1
+        except Exception as e:  # the waiters then compile, as they would without the lock
+            warnings.warn(PrecompileWarning(f"saving the entry other processes wait for failed: {e}"), stacklevel=2)
+        finally:
+            lock.release()
 
     def save(self, package: tc.CompilePackage) -> None:
         self.save_package(package, tc.package_key(package))
@@ -164,6 +179,7 @@ class StoreDynamoCache(tc.DynamoStore):
             return None
         if found is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+            tc.note_miss(key, fn)
             remote = getattr(self.store, "remote", None)
             refused = (
                 None
@@ -259,6 +275,15 @@ def _install_failed(package: Any, error: BaseException) -> None:
     explain.install_failed(key, f"{type(error).__name__}: {error}; compiling instead", fn=fn)
 
 
+def _wait_timed_out(key: str, waited: float, fn: Any) -> None:
+    explain.miss(
+        "wait_timeout",
+        key,
+        f"another process held this function's compile lock for {waited:.0f} s; compiling here too",
+        fn=fn,
+    )
+
+
 def install(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -270,6 +295,7 @@ def install(
     allow_unsigned: bool | None = None,
     signing_key: str | os.PathLike[str] | None = None,
     shared_store: bool = False,
+    single_flight: bool | None = None,
 ) -> StoreDynamoCache:
     """Make torch's precompile cache use a precompile store.
 
@@ -289,8 +315,13 @@ def install(
     key, neither bundles nor remote entries are loaded unless
     `allow_unsigned` (default `$PRECOMPILE_ALLOW_UNSIGNED=1`). With `enable`, sets
     `torch._dynamo.config.caching_precompile`; with `save_on_exit`, what was
-    compiled is saved when the interpreter exits. Installing again replaces
-    the previous installation. A torch older than 2.11 raises
+    compiled is saved when the interpreter exits. With `single_flight` (default
+    `$PRECOMPILE_SINGLE_FLIGHT`: 1, 0, or unset for on only in a distributed
+    job of more than one rank), a function no process has stored compiles in
+    one process of those sharing the store, which saves it at once; the
+    others wait for its entry on their first call (at most
+    `$PRECOMPILE_SINGLE_FLIGHT_TIMEOUT` seconds, default 900) and load it.
+    Installing again replaces the previous installation. A torch older than 2.11 raises
     `UnsupportedTorchError`; one newer than the newest tested warns once.
     """
     global _active, _atexit_registered
@@ -300,6 +331,8 @@ def install(
     from .remote import LiveCounters, open_remote
 
     patches_off = tc.patches_off()
+    flight_mode = tc.single_flight_mode_from_env() if single_flight is None else single_flight
+    flight_timeout = tc.single_flight_timeout_from_env()
     remote = open_remote(remote, counters=LiveCounters(lambda: tc.counters["precompile_remote"]))
     store = open_layered(
         os.fspath(path) if path is not None else default_store_path(),
@@ -321,6 +354,14 @@ def install(
             tc.set_caching_precompile(True)
         tc.start_all(
             off=patches_off, save=_save_for_torch, on_install_failure=_install_failed, on_unnamed=explain.unstorable
+        )
+        root = getattr(cache.writable, "path", None)
+        tc.single_flight.configure(
+            None if root is None else os.fspath(root),
+            mode=flight_mode,
+            timeout=flight_timeout,
+            stored=lambda key: find_entry(store, key) is not None,
+            on_timeout=_wait_timed_out,
         )
         explain.begin(getattr(cache.writable, "path", None))
         if not _atexit_registered:
@@ -354,6 +395,7 @@ def installed(
     allow_unsigned: bool | None = None,
     signing_key: str | os.PathLike[str] | None = None,
     shared_store: bool = False,
+    single_flight: bool | None = None,
 ) -> Iterator[StoreDynamoCache]:
     """`install()` for the duration of a `with` block (the same arguments)."""
     cache = install(
@@ -366,6 +408,7 @@ def installed(
         allow_unsigned=allow_unsigned,
         signing_key=signing_key,
         shared_store=shared_store,
+        single_flight=single_flight,
     )
     try:
         yield cache

@@ -17,6 +17,8 @@ The first miss of a stored entry in a process also raises one
 `PrecompileWarning` that names it and points at the rest.
 
 Reasons: `not_stored` (no entry under the function's key, as on a first run),
+`wait_timeout` (another process of the host was compiling the function, and
+did not store it within the single-flight timeout),
 `untrusted` (the remote held an entry whose ref no trusted key signed),
 `env_mismatch` (entries under the function's key exist in the store or its
 read-only layers, but only for other environments: the detail names each

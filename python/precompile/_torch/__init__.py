@@ -110,6 +110,9 @@ from .probes import (
     torch_marks_loaded_probes,
 )
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
+from .single_flight import mode_from_env as single_flight_mode_from_env
+from .single_flight import note_miss, single_flight
+from .single_flight import timeout_from_env as single_flight_timeout_from_env
 from .templates import lazy_kernel_templates
 from .versions import (
     NEWEST_TESTED,
@@ -168,6 +171,10 @@ __all__ = [
     "guarded_variants",
     "in_process_kernel_loads",
     "initialized_accelerators",
+    "note_miss",
+    "single_flight",
+    "single_flight_mode_from_env",
+    "single_flight_timeout_from_env",
     "startable_accelerators",
     "inductor_cache_dir",
     "innermost_fn",

@@ -39,6 +39,32 @@ def _nothing() -> None:
     return None
 
 
+def install_loaded(package: Any, fn: Any) -> bool:
+    """Look `fn`'s entry up now and install it into `package`, a wrapper's
+    package that started empty; whether an entry was installed. An entry
+    that does not install leaves the package empty, as torch leaves it."""
+    from torch._dynamo.package import DynamoCache
+
+    result = DynamoCache.load(fn)
+    if result is None:
+        return False
+    package._initialized = False
+    try:
+        package.initialize(fn, result.dynamo, ignore_inlined_sources=False)
+        package.install(result.backends)
+    except Exception as e:
+        # torch's own answer to an entry that does not install (its
+        # RuntimeError): start empty, so the call compiles and records.
+        if isinstance(e, RuntimeError):
+            log.warning("Failed to load entry from dynamo cache", exc_info=True)
+        else:
+            log.debug("installing the entry of %s", getattr(fn, "__qualname__", fn), exc_info=True)
+        package._initialized = False
+        package.initialize(fn, None, ignore_inlined_sources=False)
+        return False
+    return True
+
+
 class _ClassBodyMethods(_Patch):
     """`@torch.compile` on a method in its class body finds its stored entry.
 
@@ -108,33 +134,12 @@ class _ClassBodyMethods(_Patch):
                 return _nothing  # called from its own class body: nothing to look up by
             token = _loading_tag.set(tag)
             try:
-                self._load(package, fn)
+                install_loaded(package, fn)
             except Exception:  # the wrapper keeps the empty package: the call compiles, as on a miss
                 log.debug("looking up the entry of %s on its first call", fn.__qualname__, exc_info=True)
             finally:
                 _loading_tag.reset(token)
         return _nothing
-
-    @staticmethod
-    def _load(package: Any, fn: Any) -> None:
-        from torch._dynamo.package import DynamoCache
-
-        result = DynamoCache.load(fn)
-        if result is None:
-            return
-        package._initialized = False
-        try:
-            package.initialize(fn, result.dynamo, ignore_inlined_sources=False)
-            package.install(result.backends)
-        except Exception as e:
-            # torch's own answer to an entry that does not install (its
-            # RuntimeError): start empty, so the call compiles and records.
-            if isinstance(e, RuntimeError):
-                log.warning("Failed to load entry from dynamo cache", exc_info=True)
-            else:
-                log.debug("installing the entry of %s", fn.__qualname__, exc_info=True)
-            package._initialized = False
-            package.initialize(fn, None, ignore_inlined_sources=False)
 
 
 class_body_methods = _ClassBodyMethods()

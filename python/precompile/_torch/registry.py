@@ -42,6 +42,7 @@ from .op_free_graphs import op_free_graphs
 from .parametrized import parametrized_type_guards
 from .patch import _Patch
 from .probes import probe_load_marks
+from .single_flight import single_flight
 from .templates import lazy_kernel_templates
 
 __all__ = ["OFF_ENV", "PatchStatus", "patches", "patches_off", "report", "start_all", "stop_all"]
@@ -87,6 +88,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lambda_guard_scope", lambda_guard_scope),
     ("guard_dispatch_tls", guard_dispatch_tls),
     ("class_body_methods", class_body_methods),
+    ("single_flight", single_flight),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).
