@@ -81,7 +81,15 @@ def tp_job(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return {"store": store, "work": work, "two": two, "fresh": fresh}
 
 
+def _skip_where_torch_caches_no_backend(tp_job: dict[str, Any]) -> None:
+    """torch 2.11's AOTAutogradCache bypasses a graph of DTensors: torch
+    records no backend for it, so no store can serve the frame there."""
+    if any(counter(r, "aot_autograd", "autograd_cache_bypass") for r in tp_job["two"]):
+        pytest.skip("this torch's AOTAutogradCache bypasses the tensor-parallel graph: no backend is recorded")
+
+
 def test_tensor_parallel_ranks_compile_once(tp_job: dict[str, Any]) -> None:
+    _skip_where_torch_caches_no_backend(tp_job)
     two, fresh = tp_job["two"], tp_job["fresh"]
     assert sum(_compiled(r) for r in two) == 1, [r["counters"] for r in two]
     (other,) = [r for r in two if not _compiled(r)]
@@ -96,6 +104,7 @@ def test_an_entry_for_another_world_size_is_a_clear_miss(tp_job: dict[str, Any])
     """Each of 4 ranks holds a quarter of the weights the 2-rank graph was
     compiled for: the stored guards refuse the call, and the rank compiles
     and computes the same block, no crash."""
+    _skip_where_torch_caches_no_backend(tp_job)
     four = run_ranks(tp_job["store"], "tp", 4, tp_job["work"] / "inductor-4")
     for rank in four:
         assert counter(rank, "precompile", "miss_guard_failed") == 1, rank["counters"]
