@@ -27,9 +27,9 @@ RANKS = PROGRAMS / "ranks.py"
 KEY = "ab" * 32
 
 
-def _start(store: Path, inductor: Path, **env: str) -> subprocess.Popen[str]:
+def _start(store: Path, inductor: Path, mode: str = "single", **env: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(RANKS), str(store), "single"],
+        [sys.executable, str(RANKS), str(store), mode],
         env=child_env(
             {"PRECOMPILE_SINGLE_FLIGHT": "1", "TORCHINDUCTOR_CACHE_DIR": str(inductor), "OMP_NUM_THREADS": "1", **env}
         ),
@@ -102,6 +102,26 @@ def _end(procs: dict[int, subprocess.Popen[str]]) -> None:
                     pipe.close()
                 except OSError:
                     pass
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_processes_started_together_compile_a_graph_break_model_once(tmp_path: Path) -> None:
+    """The frames after each graph break compile during the first call: the
+    compiling process saves when that call returns, so the entry the other
+    process loads holds all of them."""
+    store = tmp_path / "store"
+    procs = {p.pid: p for p in (_start(store, tmp_path / f"ind-{n}", "breaks") for n in "ab")}
+    try:
+        results = [_result(p, _Lines(p)) for p in procs.values()]
+    finally:
+        _end(procs)
+    graphs = sorted(counter(r, "stats", "unique_graphs") for r in results)
+    assert graphs == [0, 3], json.dumps([r["counters"] for r in results])
+    (served,) = [r for r in results if counter(r, "stats", "unique_graphs") == 0]
+    assert counter(served, "precompile", "compile_waits_served") == 1, served["counters"]
+    assert counter(served, "precompile", "frames_loaded") == 3, served["counters"]
+    assert results[0]["result"] == results[1]["result"]
 
 
 @pytest.mark.torch

@@ -133,17 +133,16 @@ class StoreDynamoCache(tc.DynamoStore):
         lineage's key (`_torch.lineages`): a second wrapper of the same
         function keeps its own entry instead of replacing the first's."""
         tc.PrecompileContext.record_dynamo_cache_entry(cache_entry=package.cache_entry(), key=tc.package_key(package))
-        held = tc.single_flight.take(package)
-        if held is not None:
-            self._save_for_waiters(package, *held)
+        tc.single_flight.compiled(package)
 
     def _save_for_waiters(self, package: tc.CompilePackage, key: str, lock: Any) -> None:
         """Save the entry other processes wait for (`_torch.single_flight`),
-        then let them look it up. Dynamo has compiled the frame and not run it
-        yet: the waiters must not wait on anything the compiled code does."""
+        then release `lock` so they look it up. Nothing compiled (nothing
+        recorded under `key`): only the release, and the waiters compile."""
         try:
-            self.save_cache_entry(package.cache_entry(), key)
-            tc.counters["precompile"]["single_flight_saves"] += 1
+            if key in tc.recorded_entries():
+                self.save_cache_entry(package.cache_entry(), key)
+                tc.counters["precompile"]["single_flight_saves"] += 1
         except Exception as e:  # the waiters then compile, as they would without the lock
             warnings.warn(PrecompileWarning(f"saving the entry other processes wait for failed: {e}"), stacklevel=2)
         finally:
@@ -318,7 +317,8 @@ def install(
     compiled is saved when the interpreter exits. With `single_flight` (default
     `$PRECOMPILE_SINGLE_FLIGHT`: 1, 0, or unset for on only in a distributed
     job of more than one rank), a function no process has stored compiles in
-    one process of those sharing the store, which saves it at once; the
+    one process of those sharing the store, which saves it when its first
+    call returns (in a job of several ranks: once Dynamo has compiled it); the
     others wait for its entry on their first call (at most
     `$PRECOMPILE_SINGLE_FLIGHT_TIMEOUT` seconds, default 900) and load it.
     Installing again replaces the previous installation. A torch older than 2.11 raises
@@ -361,6 +361,7 @@ def install(
             mode=flight_mode,
             timeout=flight_timeout,
             stored=lambda key: find_entry(store, key) is not None,
+            save=cache._save_for_waiters,
             on_timeout=_wait_timed_out,
         )
         explain.begin(getattr(cache.writable, "path", None))

@@ -1,13 +1,13 @@
 """One rank of a distributed job (gloo, CPU) that compiles a small transformer block through the store.
 
-    python ranks.py STORE {ddp,tp,single}
+    python ranks.py STORE {ddp,tp,single,breaks}
 
 Env: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them
-(`single`: no process group, single flight on through
+(`single`, `breaks`: no process group, single flight on through
 `PRECOMPILE_SINGLE_FLIGHT`). `ddp` trains one step of
 `DistributedDataParallel(torch.compile(block))`; `tp` runs the block sharded
 with tensor parallelism (its graph holds the all-reduce) under `no_grad`;
-`single` calls the block once. Prints one JSON line: the output (or loss),
+`single` calls the block once, `breaks` three blocks with graph breaks. Prints one JSON line: the output (or loss),
 the parameters after the step, the time of the first step, and the counters.
 """
 
@@ -39,6 +39,22 @@ class Block(nn.Module):
         return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
+class Breaks(nn.Module):
+    """Three blocks with a graph break between each: three frames, the last
+    two compiled during the first call (Dynamo's resume functions)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = Block(), Block(), Block()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.a(x)
+        torch._dynamo.graph_break()
+        x = self.b(x)
+        torch._dynamo.graph_break()
+        return self.c(x)
+
+
 def main() -> None:
     store, mode = sys.argv[1], sys.argv[2]
     # The waits, as they happen, for a test that watches for them.
@@ -50,7 +66,7 @@ def main() -> None:
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    if mode != "single":
+    if mode not in ("single", "breaks"):
         import torch.distributed as dist
 
         dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -79,7 +95,7 @@ def main() -> None:
         with torch.no_grad():
             result = model(x).flatten()[:16].tolist()
     else:
-        model = torch.compile(block)
+        model = torch.compile(Breaks() if mode == "breaks" else block)
         with torch.no_grad():
             result = model(x).flatten()[:16].tolist()
     first_step = time.perf_counter() - start
@@ -99,7 +115,7 @@ def main() -> None:
         ),
         flush=True,
     )
-    if mode != "single":
+    if mode not in ("single", "breaks"):
         import torch.distributed as dist
 
         dist.destroy_process_group()

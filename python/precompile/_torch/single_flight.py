@@ -101,6 +101,7 @@ class _Settings:
         self.mode: bool | None = False
         self.timeout = DEFAULT_TIMEOUT_S
         self.stored: Callable[[str], bool] = lambda key: False
+        self.save: Callable[[Any, str, CompileLock], None] = lambda package, key, lock: lock.release()
         self.on_timeout: Callable[[str, float, Any], None] = lambda key, waited, fn: None
 
 
@@ -112,9 +113,10 @@ class _SingleFlight(_Patch):
     empty store, and every one of them compiles the same graphs. While
     installed, a wrapper whose lookup missed takes the key's compile lock
     (`compile_lock`, in the store's `locks/`) on its first call, before its
-    frame runs: the holder compiles, saves that entry as soon as Dynamo has
-    compiled the frame (before the compiled code runs, so collectives in the
-    graph never wait on a rank that waits on the lock), and releases the lock;
+    frame runs: the holder compiles, saves that entry and releases the lock
+    when the first call returns (in a job of several ranks: as soon as
+    Dynamo has compiled the frame, before the compiled code runs, so
+    collectives in the graph never wait on a rank that waits on the lock);
     a process that found the lock taken waits for it, then looks the key up
     again and installs what the holder stored, compiling nothing. The wait
     happens on the first call rather than at wrap time because collectives
@@ -136,8 +138,9 @@ class _SingleFlight(_Patch):
         super().__init__()
         self.settings = _Settings()
         self._lock = threading.Lock()
-        # The compile locks this process holds, by package, until the entry is saved.
-        self._held: dict[int, tuple[Any, str, CompileLock]] = {}
+        # The compile locks this process holds, by package, until the entry is
+        # saved: (package, key, lock, whether it is saved when the first call returns).
+        self._held: dict[int, tuple[Any, str, CompileLock, bool]] = {}
 
     def configure(
         self,
@@ -146,10 +149,15 @@ class _SingleFlight(_Patch):
         mode: bool | None,
         timeout: float,
         stored: Callable[[str], bool],
+        save: Callable[[Any, str, CompileLock], None],
         on_timeout: Callable[[str, float, Any], None],
     ) -> None:
+        """`stored(key)`: whether the store holds an entry for `key`;
+        `save(package, key, lock)`: store `package`'s entry under `key`, then
+        release `lock`; `on_timeout(key, waited_s, fn)`: a wait ran out."""
         s = self.settings
         s.root, s.mode, s.timeout, s.stored, s.on_timeout = root, mode, timeout, stored, on_timeout
+        s.save = save
 
     def enabled(self) -> bool:
         s = self.settings
@@ -216,9 +224,15 @@ class _SingleFlight(_Patch):
                 return _nothing
         except Exception:
             log.debug("looking %s up again", key[:16], exc_info=True)
+        # In a job of several ranks the entry is saved as soon as Dynamo has
+        # compiled the frame: the compiled code may hold collectives that
+        # need the waiting ranks. Otherwise the lock is kept until the first
+        # call returns, so that the frames Dynamo compiles during it (those
+        # after a graph break) are in the entry the waiters load.
+        until_return = distributed_world_size() == 1
         with self._lock:
-            self._held[id(package)] = (package, key, lock)
-        return functools.partial(self._release, package)
+            self._held[id(package)] = (package, key, lock, until_return)
+        return functools.partial(self._returned, package)
 
     @staticmethod
     def _load(package: Any, fn: Any, tag: str) -> bool:
@@ -228,24 +242,30 @@ class _SingleFlight(_Patch):
         finally:
             _loading_tag.reset(token)
 
-    def take(self, package: Any) -> tuple[str, CompileLock] | None:
-        """The key and compile lock this process holds for `package`, handed
-        to the caller (who saves the entry, then releases it); None if none."""
+    def compiled(self, package: Any) -> None:
+        """Dynamo compiled a frame of `package` and torch recorded it: save the
+        entry now if other ranks wait for it."""
+        with self._lock:
+            held = self._held.get(id(package))
+            if held is None or held[3]:
+                return
+            del self._held[id(package)]
+        self.settings.save(package, held[1], held[2])
+
+    def _returned(self, package: Any) -> None:
+        # The first call returned: save what it compiled, if the save waited
+        # for the return. Where nothing was compiled (the frame was skipped, or
+        # the compile failed), the save finds nothing and only releases, so
+        # the waiters compile.
         with self._lock:
             held = self._held.pop(id(package), None)
-        return None if held is None else (held[1], held[2])
-
-    def _release(self, package: Any) -> None:
-        # The first call returned without a compile of the package (its frame
-        # was skipped, or the compile failed): let the waiters compile.
-        held = self.take(package)
         if held is not None:
-            held[1].release()
+            self.settings.save(package, held[1], held[2])
 
     def _stopped(self) -> None:
         with self._lock:
             held, self._held = list(self._held.values()), {}
-        for _, _, lock in held:
+        for _, _, lock, _ in held:
             lock.release()
 
 
