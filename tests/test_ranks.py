@@ -10,6 +10,7 @@ so the waiting ranks never leave a collective of that code waiting.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,14 @@ def test_an_entry_for_another_world_size_is_a_clear_miss(tp_job: dict[str, Any])
         assert counter(rank, "precompile", "miss_guard_failed") == 1, rank["counters"]
         assert _compiled(rank) == 1, rank["counters"]
         assert _close(rank["result"], tp_job["two"][0]["result"]), rank["result"]
+
+
+def test_a_module_compiled_under_ddp_optimizer_says_why_it_is_not_stored(tmp_path: Path) -> None:
+    """torch's default DDPOptimizer drops the wrapper's package: every run
+    compiles again, and each rank's misses name the setting that stores it."""
+    store = tmp_path / "store"
+    for run in ("first", "second"):
+        for rank in run_ranks(store, "ddp_optimizer", 2, tmp_path / f"inductor-{run}"):
+            assert _compiled(rank) >= 1, rank["counters"]
+            assert counter(rank, "precompile", "miss_unstorable") == 1, rank["counters"]
+            assert "optimize_ddp = False" in rank["stderr"], rank["stderr"][-3000:]

@@ -79,6 +79,20 @@ def _holder(store: Path, timeout: float = 300) -> int:
     raise AssertionError("no process took a compile lock")
 
 
+def _two(
+    store: Path, tmp_path: Path, **env: str
+) -> tuple[dict[int, subprocess.Popen[str]], subprocess.Popen[str], subprocess.Popen[str]]:
+    """Two processes started together on one store: (all, the one holding the compile lock, the other)."""
+    procs = {p.pid: p for p in (_start(store, tmp_path / f"ind-{n}", **env) for n in "ab")}
+    try:
+        holder = procs[_holder(store)]
+    except BaseException:
+        _end(procs)
+        raise
+    (waiter,) = [p for p in procs.values() if p is not holder]
+    return procs, holder, waiter
+
+
 def _result(proc: subprocess.Popen[str], lines: _Lines) -> dict:
     assert proc.stdout is not None and proc.stderr is not None
     with proc.stdout:
@@ -128,12 +142,8 @@ def test_processes_started_together_compile_a_graph_break_model_once(tmp_path: P
 @pytest.mark.slow
 def test_a_waiter_compiles_when_the_compiling_process_is_killed(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    a = _start(store, tmp_path / "ind-a")
-    b = _start(store, tmp_path / "ind-b")
-    procs = {a.pid: a, b.pid: b}
+    procs, holder, waiter = _two(store, tmp_path)
     try:
-        holder = procs[_holder(store)]
-        (waiter,) = [p for p in procs.values() if p is not holder]
         lines = _Lines(waiter)
         lines.wait_for("waiting for another process's compile", timeout=300)
         holder.send_signal(signal.SIGKILL)
@@ -157,13 +167,9 @@ def test_a_waiter_compiles_when_the_compiling_process_is_killed(tmp_path: Path) 
 @pytest.mark.slow
 def test_a_stuck_compiler_times_out_into_a_compile_with_its_reason(tmp_path: Path) -> None:
     store = tmp_path / "store"
-    a = _start(store, tmp_path / "ind-a", PRECOMPILE_SINGLE_FLIGHT_TIMEOUT="3")
-    b = _start(store, tmp_path / "ind-b", PRECOMPILE_SINGLE_FLIGHT_TIMEOUT="3")
-    procs = {a.pid: a, b.pid: b}
+    procs, holder, waiter = _two(store, tmp_path, PRECOMPILE_SINGLE_FLIGHT_TIMEOUT="3")
     try:
-        holder = procs[_holder(store)]
         holder.send_signal(signal.SIGSTOP)
-        (waiter,) = [p for p in procs.values() if p is not holder]
         lines = _Lines(waiter)
         result = _result(waiter, lines)
     finally:

@@ -274,6 +274,10 @@ def _install_failed(package: Any, error: BaseException) -> None:
     explain.install_failed(key, f"{type(error).__name__}: {error}; compiling instead", fn=fn)
 
 
+def _compiled_unstored(fn: Any, detail: str) -> None:
+    explain.miss("unstorable", "", detail, fn=fn)
+
+
 def _wait_timed_out(key: str, waited: float, fn: Any) -> None:
     explain.miss(
         "wait_timeout",
@@ -364,6 +368,7 @@ def install(
             save=cache._save_for_waiters,
             on_timeout=_wait_timed_out,
         )
+        tc.ddp_optimizer_frames.set_on_unstored(_compiled_unstored)
         explain.begin(getattr(cache.writable, "path", None))
         if not _atexit_registered:
             atexit.register(_save_at_exit)

@@ -37,8 +37,9 @@ names a global nothing binds), `guards_unreadable` (the guard state does not
 unpickle under this torch), `install_failed`, `guard_failed` (the code
 was installed, but its guards rejected the call, so Dynamo compiled), and
 `unstorable` (Dynamo compiled a frame whose code no path from a module
-reaches, such as a function `exec` made in a namespace of its own: it is
-compiled in every process).
+reaches, such as a function `exec` made in a namespace of its own, or a
+module compiled inside DistributedDataParallel under DDPOptimizer, for which
+torch records no entry: it is compiled in every process).
 """
 
 from __future__ import annotations

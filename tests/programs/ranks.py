@@ -1,11 +1,12 @@
 """One rank of a distributed job (gloo, CPU) that compiles a small transformer block through the store.
 
-    python ranks.py STORE {ddp,tp,single,breaks}
+    python ranks.py STORE {ddp,ddp_optimizer,tp,single,breaks}
 
 Env: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun sets them
 (`single`, `breaks`: no process group, single flight on through
 `PRECOMPILE_SINGLE_FLIGHT`). `ddp` trains one step of
-`DistributedDataParallel(torch.compile(block))`; `tp` runs the block sharded
+`DistributedDataParallel(torch.compile(block))` (`ddp_optimizer`: under
+torch's default DDPOptimizer); `tp` runs the block sharded
 with tensor parallelism (its graph holds the all-reduce) under `no_grad`;
 `single` calls the block once, `breaks` three blocks with graph breaks. Prints one JSON line: the output (or loss),
 the parameters after the step, the time of the first step, and the counters.
@@ -76,10 +77,10 @@ def main() -> None:
     x = torch.randn(8, 64, generator=torch.Generator().manual_seed(1))
 
     start = time.perf_counter()
-    if mode == "ddp":
-        # DDPOptimizer splits the graph per gradient bucket and torch records
-        # no package for such a frame: the compiled module goes inside DDP.
-        torch._dynamo.config.optimize_ddp = False
+    if mode in ("ddp", "ddp_optimizer"):
+        # DDPOptimizer (torch's default) splits the graph per gradient bucket
+        # and torch records no package for such a frame: `ddp` turns it off.
+        torch._dynamo.config.optimize_ddp = mode == "ddp_optimizer"
         model = nn.parallel.DistributedDataParallel(torch.compile(block))
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         loss = model(x).pow(2).mean()
@@ -102,7 +103,7 @@ def main() -> None:
 
     from torch._dynamo.utils import counters
 
-    params = [p.detach().flatten()[:4].tolist() for p in block.parameters()] if mode == "ddp" else []
+    params = [p.detach().flatten()[:4].tolist() for p in block.parameters()] if mode.startswith("ddp") else []
     print(
         json.dumps(
             {

@@ -30,6 +30,7 @@ from .classes import (
     _DynamoCacheEntry,
     counters,
 )
+from .ddp_frames import ddp_optimizer_frames
 from .dynamo_cache import (
     bypassed_copy,
     caches_disabled,
@@ -152,6 +153,7 @@ __all__ = [
     "comprehension_functions",
     "counters",
     "cpu_capability",
+    "ddp_optimizer_frames",
     "debug_info",
     "default_dynamo_dir",
     "deferred_full_gc",

@@ -39,6 +39,18 @@ def _nothing() -> None:
     return None
 
 
+def lazy_package_call() -> Any:
+    """`_TorchDynamoContext.__call__` as it is now, where torch initializes a
+    wrapper's package lazily there (its `is_initialized`): the call a patch
+    wraps to act on a wrapper's lookup. None where torch has neither."""
+    from torch._dynamo.package import CompilePackage
+
+    original_call = vars(eval_frame._TorchDynamoContext).get("__call__")
+    if original_call is None or "is_initialized" not in vars(CompilePackage):
+        return None
+    return original_call
+
+
 def install_loaded(package: Any, fn: Any) -> bool:
     """Look `fn`'s entry up now and install it into `package`, a wrapper's
     package that started empty; whether an entry was installed. An entry
@@ -88,11 +100,9 @@ class _ClassBodyMethods(_Patch):
         self._lock = threading.Lock()
 
     def _apply(self) -> None:
-        from torch._dynamo.package import CompilePackage
-
         context_cls = eval_frame._TorchDynamoContext
-        original_call = vars(context_cls).get("__call__")
-        if original_call is None or "is_initialized" not in vars(CompilePackage):
+        original_call = lazy_package_call()
+        if original_call is None:
             return
         hook = self
 

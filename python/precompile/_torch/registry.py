@@ -21,6 +21,7 @@ from .aliases import module_alias_recorder, object_aliases
 from .autotune_reuse import autotune_reuse
 from .backward import pending_backwards
 from .class_body import class_body_methods
+from .ddp_frames import ddp_optimizer_frames
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
 from .guard_dispatch_tls import guard_dispatch_tls
@@ -89,6 +90,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("guard_dispatch_tls", guard_dispatch_tls),
     ("class_body_methods", class_body_methods),
     ("single_flight", single_flight),
+    ("ddp_optimizer_frames", ddp_optimizer_frames),
 )
 
 # Names left unstarted by the last `start_all` (from `OFF_ENV`).

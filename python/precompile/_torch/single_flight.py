@@ -15,7 +15,7 @@ from torch._dynamo import config as dynamo_config
 from torch._dynamo import eval_frame
 
 from ..compile_lock import CompileLock
-from .class_body import install_loaded
+from .class_body import install_loaded, lazy_package_call
 from .classes import counters
 from .lineages import _loading_tag
 from .patch import _Patch
@@ -166,11 +166,8 @@ class _SingleFlight(_Patch):
         return s.mode is True or distributed_world_size() > 1
 
     def _apply(self) -> None:
-        from torch._dynamo.package import CompilePackage
-
-        context_cls = eval_frame._TorchDynamoContext
-        original_call = vars(context_cls).get("__call__")
-        if original_call is None or "is_initialized" not in vars(CompilePackage):
+        original_call = lazy_package_call()
+        if original_call is None:
             return
         hook = self
 
@@ -191,7 +188,7 @@ class _SingleFlight(_Patch):
                 hooks.append(functools.partial(hook._first_call, package, fn_key, key, tag, [False]))
             return wrapped
 
-        self._replace(context_cls, "__call__", __call__)
+        self._replace(eval_frame._TorchDynamoContext, "__call__", __call__)
 
     def _first_call(self, package: Any, fn: Any, key: str, tag: str, done: list[bool]) -> Callable[[], None]:
         with self._lock:
