@@ -61,7 +61,9 @@ def worker(args: argparse.Namespace) -> None:
     elif args.store == "torch":
         torch._dynamo.config.caching_precompile = True
     if args.mode == "ddp":
-        torch._dynamo.config.optimize_ddp = False
+        if args.store != "eager":
+            # DDPOptimizer's frames are never recorded; eager must not import Dynamo.
+            torch._dynamo.config.optimize_ddp = False
         ddp = nn.parallel.DistributedDataParallel(compile_fn(model))
         loss = ddp(x).pow(2).mean()
         loss.backward()

@@ -34,6 +34,9 @@ COMPILER_MODULES = {
     "torch._dynamo.repro.after_dynamo": "Dynamo's minifier, which torch.compile wraps every backend for",
     "torch._dynamo.debug_utils": "the minifier's helpers",
 }
+# Client libraries torch's Inductor imports at import time but runs only
+# for a configured remote cache (the store defers them to their first use).
+OPTIONAL_CLIENTS = {"redis": "torch._inductor.remote_cache imports it; only RedisRemoteCacheBackend uses it"}
 # Still imported, by torch itself rather than the store's path:
 # `torch.testing` by `import torch` (autograd's gradcheck) on newer torches;
 # `tabulate` only at exit (Dynamo's compile-time summary).
@@ -69,7 +72,7 @@ def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None
     assert served["max_error"] < 1e-5
     imported = set(served["modules"])
     print(f"modules imported by the first output: {len(imported)}")
-    loaded = {name: why for name, why in COMPILER_MODULES.items() if name in imported}
+    loaded = {name: why for name, why in {**COMPILER_MODULES, **OPTIONAL_CLIENTS}.items() if name in imported}
     assert not loaded, loaded
     # Uninstalled, the served graph still runs, and still imports no compiler.
     assert served["after_uninstall_error"] == 0
@@ -97,3 +100,33 @@ def test_stand_ins_are_what_torch_gives(tmp_path: Path) -> None:
     assert all(out["debug_flags_equal"].values()), out["debug_flags_equal"]
     assert "torch._inductor.compile_fx.clone_preserve_strides" in out["helpers_equal"], out["helpers_equal"]
     assert all(out["helpers_equal"].values()), out["helpers_equal"]
+
+
+def test_torch_redis_cache_works_with_its_client_deferred(tmp_path: Path, redis_server: Any) -> None:
+    out = _run("contract", tmp_path / "store", tmp_path, TORCHINDUCTOR_REDIS_URL=redis_server.url)
+    # install() left the Redis client unimported; torch's own Redis cache
+    # still works against a real server, on the one `redis` module.
+    assert out["redis_imported_at_install"] is False
+    assert out["redis_round_trip"] is True
+    assert out["redis_same_module"] is True
+
+
+@pytest.mark.parametrize("off", ["", "deferred_clients"])
+def test_deferred_clients_is_turned_off_by_name(tmp_path: Path, off: str) -> None:
+    pytest.importorskip("redis")
+    script = (
+        "import sys, torch, precompile\n"
+        f"precompile.install({str(tmp_path / 'store')!r}, save_on_exit=False)\n"
+        "import torch._inductor.remote_cache as rc\n"
+        "print('redis' in sys.modules, type(rc.redis).__name__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        env=child_env({"PRECOMPILE_PATCHES_OFF": off}),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # Off, torch imports its client at import, as without the store.
+    assert proc.stdout.split() == (["True", "module"] if off else ["False", "DeferredModule"])

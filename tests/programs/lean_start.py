@@ -12,6 +12,7 @@ Each writes what it saw to OUT_JSON.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import warnings
 
@@ -21,6 +22,7 @@ import precompile
 
 phase, store, out_path = sys.argv[1:4]
 precompile.install(store, save_on_exit=False)
+redis_at_install = "redis" in sys.modules
 from torch._dynamo.utils import counters  # noqa: E402
 
 
@@ -72,6 +74,22 @@ if phase == "contract":
         for module in ("torch._inductor.compile_fx", "torch._inductor.codegen.memory_planning")
         for name, value in _stand_ins().get(module, {}).items()
     }
+    # torch's Redis remote cache, whose client import the store deferred,
+    # works as torch's: a round trip through a real server, the same classes.
+    out["redis_imported_at_install"] = redis_at_install
+    if "TORCHINDUCTOR_REDIS_URL" in os.environ:
+        from torch._inductor import remote_cache
+
+        backend = remote_cache.RedisRemoteCacheBackend("precompile-contract")
+        backend.put("deferred-key", b"deferred value")
+        out["redis_round_trip"] = backend.get("deferred-key") == b"deferred value"
+        import redis
+
+        out["redis_same_module"] = (
+            remote_cache.redis.Redis is redis.Redis
+            and remote_cache.redis.exceptions.ConnectionError is redis.exceptions.ConnectionError
+            and sys.modules["redis"] is redis
+        )
 else:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -10,6 +10,9 @@ which versions need it and how it steps aside. Supported: torch >= 2.11.
 
 from __future__ import annotations
 
+# First: it imports torch's remote cache with its Redis client deferred, before
+# the modules below import Inductor's cache (see deferred_imports).
+from . import deferred_imports  # noqa: F401
 from .aliases import alias_target, module_alias_recorder, object_aliases
 from .backward import BackwardFailure, compile_pending, pending_backwards
 from .class_body import lookup_deferred
