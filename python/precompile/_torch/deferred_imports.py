@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 import threading
 import types
 from typing import Any
+
+from .patch import names_turned_off
 
 # torch's Inductor modules whose import pulls in a client library that only a
 # configured remote uses: the module, and the library. `torch._inductor.
@@ -19,8 +20,8 @@ _DEFERRED = (("torch._inductor.remote_cache", "redis"),)
 # The modules `remote_cache` imports from torch (its Dynamo timing helper,
 # Inductor's config), imported before the stand-in goes in.
 _IMPORTED_FIRST = ("torch._dynamo", "torch._inductor.config", "torch.monitor")
-# Its name in `PRECOMPILE_PATCHES_OFF` (registry.OFF_ENV, read here directly:
-# this runs before the registry's modules import Inductor's cache).
+# Its name in `PRECOMPILE_PATCHES_OFF` (`patch.OFF_ENV`); the registry accepts
+# it there though it is no `_Patch`: it acts at this package's import, not at install.
 NAME = "deferred_clients"
 
 
@@ -82,7 +83,7 @@ def defer_optional_clients() -> list[str]:
     the rest of the process imports the real library as usual.
     """
     deferred: list[str] = []
-    if NAME in {n.strip() for n in os.environ.get("PRECOMPILE_PATCHES_OFF", "").split(",")}:
+    if NAME in names_turned_off():
         return deferred
     for module, library in _DEFERRED:
         if module in sys.modules or library in sys.modules:

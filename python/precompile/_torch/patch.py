@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 from typing import Any
+
+OFF_ENV = "PRECOMPILE_PATCHES_OFF"
+
+
+def names_turned_off() -> frozenset[str]:
+    """The names `OFF_ENV` lists (comma-separated, blanks ignored), unchecked:
+    the registry checks them against its patches."""
+    return frozenset(n.strip() for n in os.environ.get(OFF_ENV, "").split(",") if n.strip())
 
 
 def source_block(module: str, pattern: str) -> str | None:

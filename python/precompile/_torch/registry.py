@@ -13,7 +13,6 @@ or bypass frames that patch makes storable). An unknown name raises
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,14 +41,13 @@ from .lineages import wrapper_lineages
 from .named_guards import named_class_guards, script_function_type_guards
 from .op_free_graphs import op_free_graphs
 from .parametrized import parametrized_type_guards
-from .patch import _Patch
+from .patch import OFF_ENV, _Patch, names_turned_off
 from .probes import probe_load_marks
 from .single_flight import single_flight
 from .templates import lazy_kernel_templates
 
 __all__ = ["OFF_ENV", "PatchStatus", "patches", "patches_off", "report", "start_all", "stop_all"]
 
-OFF_ENV = "PRECOMPILE_PATCHES_OFF"
 
 _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("save_to_dynamo_cache", save_to_dynamo_cache),
@@ -121,8 +119,7 @@ def patches() -> tuple[tuple[str, _Patch], ...]:
 
 def patches_off() -> frozenset[str]:
     """The patch names `OFF_ENV` turns off; ValueError for a name no patch has."""
-    raw = os.environ.get(OFF_ENV, "")
-    names = frozenset(n.strip() for n in raw.split(",") if n.strip())
+    names = names_turned_off()
     # `deferred_clients` acts when this package is imported, not at install.
     unknown = sorted(names - {name for name, _ in _PATCHES} - {deferred_imports.NAME})
     if unknown:
