@@ -37,6 +37,8 @@ COMPILER_MODULES = {
 # Client libraries torch's Inductor imports at import time but runs only
 # for a configured remote cache (the store defers them to their first use).
 OPTIONAL_CLIENTS = {"redis": "torch._inductor.remote_cache imports it; only RedisRemoteCacheBackend uses it"}
+# Runtime parts a CPU graph never runs (the program serves a CPU model).
+CPU_UNUSED = {"torch._inductor.runtime.triton_heuristics": "Triton kernels' launcher and autotuner"}
 # Still imported, by torch itself rather than the store's path:
 # `torch.testing` by `import torch` (autograd's gradcheck) on newer torches;
 # `tabulate` only at exit (Dynamo's compile-time summary).
@@ -72,11 +74,19 @@ def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None
     assert served["max_error"] < 1e-5
     imported = set(served["modules"])
     print(f"modules imported by the first output: {len(imported)}")
-    loaded = {name: why for name, why in {**COMPILER_MODULES, **OPTIONAL_CLIENTS}.items() if name in imported}
+    unused = {**COMPILER_MODULES, **OPTIONAL_CLIENTS, **CPU_UNUSED}
+    loaded = {name: why for name, why in unused.items() if name in imported}
     assert not loaded, loaded
     # Uninstalled, the served graph still runs, and still imports no compiler.
     assert served["after_uninstall_error"] == 0
     assert not set(COMPILER_MODULES) & set(served["modules_after_uninstall"])
+
+
+def test_triton_runtime_patches_wait_for_its_import(served: dict[str, Any]) -> None:
+    # Not imported at install (above); patched once imported; put back at uninstall.
+    ours = {"autotune_to_one_config": "autotune_reuse.py", "maybe_clone_args": "lean_imports.py"}
+    assert served["triton_runtime_patched_by"] == ours
+    assert served["triton_runtime_after_uninstall"] == dict.fromkeys(ours, "triton_heuristics.py")
 
 
 def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> None:

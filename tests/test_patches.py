@@ -15,6 +15,7 @@ import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -355,3 +356,60 @@ def test_pending_backwards_compile_at_save_a_backward_that_never_ran(store: Path
             report = precompile.save()
     assert report.missing_backends == 1
     forget(_weighted_cos)
+
+
+def test_marked_probe_lookup_names_torchs_own_probe_library(store: Path) -> None:
+    require(tc.marked_probe_lookup)
+    from torch._inductor import cpu_vec_isa
+    from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
+
+    lookup = tc.marked_probe_lookup.library
+    assert lookup is not None
+    isas = [isa for isa in cpu_vec_isa.supported_vec_isa_list]
+    assert isas
+    for isa in isas:
+        for code in (cpu_vec_isa.VecISA._avx_code, "int main() { return 0; }\n"):
+            path = lookup(isa, code)
+            # torch's own naming: the builder check_build makes, with its options.
+            builder = CppBuilder(
+                os.path.basename(path)[: -len(".so")],
+                [path[: -len(".so")] + ".cpp"],
+                CppTorchOptions(vec_isa=isa, warning_all=False),
+                os.path.dirname(path),
+            )
+            assert builder.get_target_file_path() == path
+            assert Path(path[: -len(".so")] + ".cpp").read_text() == code
+
+
+def test_marked_probe_lookup_answers_a_marked_probe_without_build_options(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    require(tc.marked_probe_lookup)
+    from torch._inductor import cpp_builder, cpu_vec_isa
+
+    isa = cpu_vec_isa.supported_vec_isa_list[0]
+    code = "/* precompile marked probe */ int main() { return 0; }\n"
+    lookup = tc.marked_probe_lookup.library
+    assert lookup is not None
+    library = Path(lookup(isa, code))
+    # Not a library: only the marker beside it can make the check pass.
+    library.write_bytes(b"not a library")
+    (library.parent / (library.name + ".load_ok")).touch()
+    built = []
+    real = cpp_builder.CppTorchOptions.__init__
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> None:
+        built.append(kwargs.get("vec_isa"))
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cpp_builder.CppTorchOptions, "__init__", counted)
+    assert isa.check_build(code) is True
+    assert built == []
+    with off(tc.marked_probe_lookup):
+        assert isa.check_build(code) is True  # torch's own check: the same verdict, built options
+    assert built == [isa]
+    # No marker: torch's check runs (and the bytes fail to load or build).
+    (library.parent / (library.name + ".load_ok")).unlink()
+    built.clear()
+    isa.check_build(code)
+    assert built == [isa]

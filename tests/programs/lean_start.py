@@ -114,6 +114,18 @@ else:
             out["after_compile"] = dict(counters["precompile"])
             out["graphs_compiled"] = counters["stats"]["unique_graphs"]
             out["modules_after_compile"] = sorted(sys.modules)
+            # Patches to Triton's runtime wait for its import (a CPU start has none).
+            from torch._inductor.runtime import triton_heuristics
+
+            def patched_by() -> dict[str, str]:
+                # The file each method's code is in (a wrapper keeps torch's name and module).
+                methods = vars(triton_heuristics.CachingAutotuner)
+                names = ("autotune_to_one_config", "maybe_clone_args")
+                return {name: os.path.basename(methods[name].__code__.co_filename) for name in names}
+
+            out["triton_runtime_patched_by"] = patched_by()
+            precompile.uninstall()
+            out["triton_runtime_after_uninstall"] = patched_by()
     out["warnings"] = [str(w.message) for w in caught]
     if phase == "compile":
         precompile.save()

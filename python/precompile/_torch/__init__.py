@@ -110,6 +110,7 @@ from .probes import (
     TORCH_MARKS_PROBES,
     _ProbeLoadCheck,
     isa_probe_libraries,
+    marked_probe_lookup,
     probe_load_marks,
     torch_marks_loaded_probes,
 )
@@ -207,6 +208,7 @@ __all__ = [
     "PrecompileCacheEntry",
     "PrecompileContext",
     "probe_load_marks",
+    "marked_probe_lookup",
     "put_triton_cache_file",
     "recompiles_log",
     "record_for_mega_cache",

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
+import types
 from typing import Any
 
 from .patch import _Patch
+
+_TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 
 
 class _AutotuneReuse(_Patch):
@@ -27,16 +31,20 @@ class _AutotuneReuse(_Patch):
     benchmarked. Otherwise (no result, another configs hash, a winner found
     by coordinate descent) it is torch's.
 
+    Waits for `triton_heuristics` to be imported (a Triton kernel's code
+    imports it): importing it at install cost a CPU-only start about 20 ms.
+
     Torch versions: 2.11 and newer.
-    Steps aside: `_apply` replaces nothing where `CachingAutotuner` has no
+    Steps aside: replaces nothing where `CachingAutotuner` has no
     `autotune_to_one_config` or the module has no `check_autotune_cache`.
     """
 
     def _apply(self) -> None:
-        try:
-            from torch._inductor.runtime import triton_heuristics
-        except ImportError:
+        if importlib.util.find_spec(_TRITON_HEURISTICS) is None:
             return
+        self._after_import(_TRITON_HEURISTICS, self._patch)
+
+    def _patch(self, triton_heuristics: types.ModuleType) -> None:
         autotuner = getattr(triton_heuristics, "CachingAutotuner", None)
         original = None if autotuner is None else vars(autotuner).get("autotune_to_one_config")
         check = getattr(triton_heuristics, "check_autotune_cache", None)

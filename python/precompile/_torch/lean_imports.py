@@ -17,6 +17,7 @@ from typing import Any
 from .patch import _Patch, source_block
 
 _SELECT_ALGORITHM = "torch._inductor.select_algorithm"
+_TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 
 # Extern kernels that Inductor registers as torch's own public function of
 # the same name (`ExternKernelChoice(torch.mm, ...)`): `extern_kernels.mm` is
@@ -215,11 +216,15 @@ class _LeanCachedGraphImports(_Patch):
     def _lean_autotune_args(self) -> None:
         # A Triton kernel benchmarked at its first launch clones its in-place
         # arguments with a helper it imports from `compile_fx` (the compiler).
-        if "torch._inductor.compile_fx" not in self._served:
+        # Applied once a kernel's code imports Triton's runtime: a CPU-only
+        # start never does.
+        if "torch._inductor.compile_fx" not in self._served or importlib.util.find_spec(_TRITON_HEURISTICS) is None:
             return
-        try:
-            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-        except ImportError:
+        self._after_import(_TRITON_HEURISTICS, self._lean_clone_args)
+
+    def _lean_clone_args(self, triton_heuristics: types.ModuleType) -> None:
+        CachingAutotuner = getattr(triton_heuristics, "CachingAutotuner", None)
+        if not isinstance(CachingAutotuner, type):
             return
         original = vars(CachingAutotuner).get("maybe_clone_args")
         if not callable(original):

@@ -5,7 +5,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import types
+from collections.abc import Callable
 from typing import Any
+
+from .import_hooks import when_imported
 
 OFF_ENV = "PRECOMPILE_PATCHES_OFF"
 
@@ -42,22 +46,29 @@ class _Patch:
     nothing (a torch that needs no adaptation, or one it does not know):
     the patch then stays inactive. Starting an active patch does nothing.
 
+    A patch to a module a process may never import (Triton's runtime on a
+    CPU-only start) waits for it through `_after_import`, and counts as
+    active meanwhile: it holds from the moment that module exists.
+
     `name` is the module-level instance's name; the class docstring's first
     line is its summary (`needed_because`).
     """
 
     def __init__(self) -> None:
         self._saved: list[tuple[Any, str, Any]] = []
+        self._waiting: list[Callable[[], None]] = []  # cancels of `_after_import` hooks
 
     @property
     def active(self) -> bool:
-        return bool(self._saved)
+        return bool(self._saved) or bool(self._waiting)
 
     def start(self) -> None:
-        if not self._saved:
+        if not self.active:
             self._apply()
 
     def stop(self) -> None:
+        while self._waiting:
+            self._waiting.pop()()
         while self._saved:
             owner, name, original = self._saved.pop()
             setattr(owner, name, original)
@@ -75,6 +86,22 @@ class _Patch:
 
     def _stopped(self) -> None:
         """Drop what the patch kept while active."""
+
+    def _after_import(self, module: str, apply: Callable[[types.ModuleType], None]) -> None:
+        """Run `apply(module)` now if `module` is imported, else once it is
+        (unless the patch was stopped first)."""
+        pending: list[Callable[[], None]] = []
+
+        def run(imported: types.ModuleType) -> None:
+            for cancel in pending:
+                if cancel in self._waiting:
+                    self._waiting.remove(cancel)
+            apply(imported)
+
+        cancel = when_imported(module, run)
+        if cancel is not None:
+            pending.append(cancel)
+            self._waiting.append(cancel)
 
     def _replace(self, owner: Any, name: str, value: Any) -> Any:
         """Set `owner.name` to `value` (a class or module's own attribute,

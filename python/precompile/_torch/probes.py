@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import os
+import re
+import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 from .patch import _Patch
@@ -209,3 +213,95 @@ def _is_probe(library: str, sources: tuple[str, ...]) -> bool:
             return f.read(longest + 1) in sources
     except (OSError, UnicodeDecodeError):
         return False
+
+
+class _MarkedProbeLookup(_Patch):
+    """A CPU probe that built and loaded once is found without building Inductor's C++ options.
+
+    `VecISA.check_build` takes the probe's key and source path from
+    `codecache.write`, then builds a `CppTorchOptions` (which imports
+    `torch.utils.cpp_extension`, and setuptools with it, and lists include
+    paths) only to name the library it looks for: `<key>.so` beside the
+    source (`CppBuilder`'s target, `output_dir/name.ext`). A served CPU
+    start runs ten of these checks (vector ISAs, CPU features) before its
+    first C++ kernel loads: about 0.1 s of a 2-core host's start. While
+    installed, a check whose library exists with a `.load_ok` marker that
+    this process trusts (`torch_marks_loaded_probes()`) answers True, as
+    torch would find it built and loaded; anything else (no library, no
+    marker, markers not trusted) runs torch's `check_build`.
+
+    Torch versions: 2.11 and newer (where `check_build` names its library
+    from `write(code, "cpp", extra=...)`'s key beside the source).
+    Steps aside: `_apply` replaces nothing where `check_build`'s source
+    does not derive the library that way, where the ISA's build flags or
+    the fingerprint helper are missing, or off Linux (`.so`).
+    """
+
+    # While active: the probe library `check_build` looks for, for (isa, code).
+    library: Callable[[Any, str], str] | None = None
+
+    def _apply(self) -> None:
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            from torch._inductor import codecache, cpu_vec_isa
+        except ImportError:
+            return
+        base = getattr(cpu_vec_isa, "VecISA", None)
+        original = None if base is None else vars(base).get("check_build")
+        fingerprint = getattr(cpu_vec_isa, "_get_isa_dry_compile_fingerprint", None)
+        write = getattr(codecache, "write", None)
+        if not callable(original) or not callable(fingerprint) or not callable(write):
+            return
+        flags = _arch_flags_reader(original)
+        if flags is None:
+            return
+
+        def library(isa: Any, code: str) -> str:
+            key, source = write(code, "cpp", extra=fingerprint(flags(isa)))
+            return os.path.join(os.path.dirname(source), f"{key}.so")
+
+        @functools.wraps(original)
+        def check_build(isa: Any, code: str) -> Any:
+            if torch_marks_loaded_probes():
+                path = library(isa, code)
+                if os.path.isfile(path) and os.path.isfile(path + ".load_ok"):
+                    return True
+            return original(isa, code)
+
+        self.library = library
+        self._replace(base, "check_build", check_build)
+
+    def _stopped(self) -> None:
+        self.library = None
+
+
+# The statements of `check_build` that name its library, whitespace removed:
+# the key and source from `write` with the ISA's fingerprint, the source's
+# directory as the output dir, and a `CppBuilder` of that key and source.
+_NAMING = (
+    'key,input_path=write(code,"cpp",extra=_get_isa_dry_compile_fingerprint(',
+    "output_dir=os.path.dirname(input_path)",
+    "CppBuilder(key,[input_path],",
+    "get_target_file_path()",
+)
+
+
+def _arch_flags_reader(check_build: Any) -> Any:
+    """How `check_build` reads an ISA's build flags for its fingerprint (a
+    method on newer torch, the attribute on 2.11), where its source names its
+    library as `_NAMING` says; else None."""
+    try:
+        source = re.sub(r"\s+", "", inspect.getsource(check_build))
+    except (OSError, TypeError):
+        return None
+    if not all(part in source for part in _NAMING):
+        return None
+    if "_get_isa_dry_compile_fingerprint(self.build_arch_flags())" in source:
+        return lambda isa: isa.build_arch_flags()
+    if "_get_isa_dry_compile_fingerprint(self._arch_flags)" in source:
+        return lambda isa: isa._arch_flags
+    return None
+
+
+marked_probe_lookup = _MarkedProbeLookup()

@@ -42,7 +42,7 @@ from .named_guards import named_class_guards, script_function_type_guards
 from .op_free_graphs import op_free_graphs
 from .parametrized import parametrized_type_guards
 from .patch import OFF_ENV, _Patch, names_turned_off
-from .probes import probe_load_marks
+from .probes import marked_probe_lookup, probe_load_marks
 from .single_flight import single_flight
 from .templates import lazy_kernel_templates
 
@@ -53,6 +53,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("save_to_dynamo_cache", save_to_dynamo_cache),
     ("kernel_capture", kernel_capture),
     ("probe_load_marks", probe_load_marks),
+    ("marked_probe_lookup", marked_probe_lookup),
     ("autotune_capture", autotune_capture),
     ("autotune_reuse", autotune_reuse),
     ("guard_evaluation", guard_evaluation),
