@@ -4,8 +4,11 @@ GPU: every Triton kernel reaches the driver once, through Triton's
 `CompiledKernel._init_handles` or Inductor's static launcher
 (`StaticallyLaunchedTritonKernel.load_kernel`); both are wrapped to count and
 time each first load and to keep the binary. `raw_gpu_loads` then loads the
-same binaries again straight through Triton's driver utility (`load_binary`:
-cuModuleLoadData plus cuModuleGetFunction), the floor a loader can reach.
+same binaries straight through Triton's driver utility (`load_binary`:
+cuModuleLoadData plus cuModuleGetFunction), the floor a loader can reach, in a
+fresh process whose CUDA context is up, so that its first loads pay what the
+measured process's first loads pay (a module's first load in a context costs
+more than a repeat); repeats of the same binaries are reported beside it.
 
 CPU: Inductor's C++ kernels are shared libraries under the Inductor cache dir;
 `mapped_libraries` lists those the process has mapped, and `raw_cpu_loads`
@@ -15,8 +18,13 @@ dlopens copies of them (a copy: the loaded path would return the open handle).
 from __future__ import annotations
 
 import ctypes
+import json
 import os
+import pickle
 import shutil
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,9 +36,18 @@ class GpuKernelLog:
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.times: list[float] = []  # each first load, in order
         self.binaries: list[tuple[str, bytes, int, int]] = []  # (name, binary, shared, device)
         self._wrap_triton()
         self._wrap_static_launcher()
+
+    def note(self, seconds: float) -> None:
+        self.seconds += seconds
+        self.times.append(seconds)
+
+    def summary(self) -> dict[str, Any]:
+        """Per-kernel seconds of the loads seen: mean, median and the first."""
+        return _stats(self.times)
 
     def _wrap_triton(self) -> None:
         try:
@@ -47,7 +64,7 @@ class GpuKernelLog:
             try:
                 return original(kernel)
             finally:
-                log.seconds += time.perf_counter() - start
+                log.note(time.perf_counter() - start)
                 import torch
 
                 log.binaries.append((kernel.name, kernel.kernel, kernel.metadata.shared, torch.cuda.current_device()))
@@ -81,27 +98,62 @@ class GpuKernelLog:
             finally:
                 if kernel.function is not None and not getattr(kernel, "_counted_load", False):
                     kernel._counted_load = True  # a subclass calling its base's load counts once
-                    log.seconds += time.perf_counter() - start
+                    log.note(time.perf_counter() - start)
                     log.binaries.append((kernel.name, binary, int(kernel.shared), device))
 
         return load_kernel
 
 
-def raw_gpu_loads(binaries: list[tuple[str, bytes, int, int]]) -> float | None:
-    """Seconds per kernel to load `binaries` again straight through the driver, median of 3 passes."""
+def _stats(times: list[float]) -> dict[str, Any]:
+    if not times:
+        return {"per_kernel_s": None, "median_s": None, "first_s": None}
+    return {"per_kernel_s": sum(times) / len(times), "median_s": statistics.median(times), "first_s": times[0]}
+
+
+# Run in a fresh interpreter: bring the CUDA context up, then load each binary
+# once (timed one by one), then twice more (the repeats).
+_RAW_GPU = """
+import json, pickle, sys, time
+import torch
+binaries = pickle.load(open(sys.argv[1], "rb"))
+for device in sorted({b[3] for b in binaries}):
+    torch.zeros(1, device=f"cuda:{device}").add_(1)
+    torch.cuda.synchronize(device)
+from triton.runtime import driver
+load_binary = driver.active.utils.load_binary
+first = []
+for name, binary, shared, device in binaries:
+    start = time.perf_counter()
+    load_binary(name, binary, shared, device)
+    first.append(time.perf_counter() - start)
+repeats = []
+for _ in range(2):
+    start = time.perf_counter()
+    for name, binary, shared, device in binaries:
+        load_binary(name, binary, shared, device)
+    repeats.append((time.perf_counter() - start) / len(binaries))
+print(json.dumps({"first": first, "repeats": repeats}))
+"""
+
+
+def raw_gpu_loads(binaries: list[tuple[str, bytes, int, int]]) -> dict[str, Any]:
+    """Per-kernel seconds to load `binaries` straight through the driver in a fresh process.
+
+    `per_kernel_s`, `median_s`, `first_s`: that process's first load of each
+    binary; `repeat_per_kernel_s`: loading them all again, the better of two passes.
+    """
     binaries = [b for b in binaries if b[1]]
     if not binaries:
-        return None
-    from triton.runtime import driver
-
-    load_binary = driver.active.utils.load_binary
-    passes = []
-    for _ in range(3):
-        start = time.perf_counter()
-        for name, binary, shared, device in binaries:
-            load_binary(name, binary, shared, device)
-        passes.append((time.perf_counter() - start) / len(binaries))
-    return sorted(passes)[1]
+        return {**_stats([]), "repeat_per_kernel_s": None}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "binaries.pickle")
+        with open(path, "wb") as f:
+            pickle.dump(binaries, f)
+        done = subprocess.run(
+            [sys.executable, "-c", _RAW_GPU, path], capture_output=True, text=True, check=True, timeout=600
+        )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    return {**_stats(seen["first"]), "repeat_per_kernel_s": min(seen["repeats"])}
 
 
 def mapped_libraries(under: str) -> set[str]:

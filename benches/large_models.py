@@ -26,9 +26,11 @@ per length, synchronized; precompile's also cover `import precompile` and
 `install()`), the compile phase (those minus eager's first calls of the same
 shapes), graphs compiled (FX-graph and AOTAutograd cache misses), compiler
 runs (a spy on PATH), kernels loaded and kernels per second of compile phase,
-the time per kernel inside the load against loading the same binaries raw
-(GPU: Triton's `load_binary`, i.e. cuModuleLoadData; CPU: `dlopen` of a
-copy of each kernel library), and the store's bytes.
+the time per kernel inside the load (mean, median and the first load)
+against loading the same binaries raw (GPU: Triton's `load_binary`, i.e.
+cuModuleLoadData, first loads in a fresh process whose CUDA context is up,
+and repeats; CPU: `dlopen` of a copy of each kernel library), and the
+store's bytes.
 
 `--stores precompile` leaves torch's cells out (shown as `-`); `--profile DIR`
 samples the fresh host's timed window (benches/sampler.py) (`--profile-stores` picks
@@ -172,8 +174,14 @@ def child(args: argparse.Namespace) -> None:
     }
     if gpu is not None:
         out["kernels"] = len(gpu.binaries)
-        out["load_per_kernel_s"] = gpu.seconds / len(gpu.binaries) if gpu.binaries else None
-        out["raw_per_kernel_s"] = kernel_loads.raw_gpu_loads(gpu.binaries)
+        ours, raw = gpu.summary(), kernel_loads.raw_gpu_loads(gpu.binaries)
+        out["load_per_kernel_s"] = ours["per_kernel_s"]
+        out["load_median_per_kernel_s"] = ours["median_s"]
+        out["load_first_per_kernel_s"] = ours["first_s"]
+        out["raw_per_kernel_s"] = raw["per_kernel_s"]
+        out["raw_median_per_kernel_s"] = raw["median_s"]
+        out["raw_first_per_kernel_s"] = raw["first_s"]
+        out["raw_repeat_per_kernel_s"] = raw["repeat_per_kernel_s"]
     else:
         libraries = kernel_loads.mapped_libraries(inductor) - libraries_before
         out["kernels"] = len(libraries)
@@ -237,8 +245,6 @@ def measure(args: argparse.Namespace, model: str) -> dict[str, Any]:
             cold = {"crashed": "not run"}
         else:
             cold = run_child(args, store, "cold", model, inductor, store_dir)
-        if store == "precompile" and args.keep_store:
-            shutil.copytree(store_dir, Path(args.keep_store) / model, dirs_exist_ok=True)
         fresh_inductor = root / f"{store}-fresh"
         if store == "torch":
             # torch's entries live inside the Inductor cache dir: carry only them.
@@ -249,6 +255,9 @@ def measure(args: argparse.Namespace, model: str) -> dict[str, Any]:
         # source, its autotuning result beside it): a fresh host has no such path.
         shutil.rmtree(inductor, ignore_errors=True)
         fresh = run_child(args, store, "fresh", model, fresh_inductor, store_dir)
+        if store == "precompile" and args.keep_store:
+            # After the fresh host: its run record (`precompile explain`) is kept too.
+            shutil.copytree(store_dir, Path(args.keep_store) / model, dirs_exist_ok=True)
         res[store] = {"cold": cold, "fresh": fresh, "bytes": warm_start._du(store_dir)}
     eager = res["eager"]["fresh"]
     for store in ("torch", "precompile"):
@@ -272,14 +281,19 @@ def print_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) ->
         f"{'model':<10}{'(fresh host unless cold)':<30}{'eager':>16}{'torch':>16}{'precompile':>16}{'torch/ours':>12}"
     )
 
-    def get(cell: dict[str, Any], key: str) -> Any:
-        return None if "crashed" in cell else cell.get(key)
+    def get(cell: dict[str, Any], key: str | tuple[str, ...]) -> Any:
+        if "crashed" in cell:
+            return None
+        if isinstance(key, tuple):  # several figures in one cell
+            values = [cell.get(k) for k in key]
+            return None if all(v is None for v in values) else values
+        return cell.get(key)
 
     def fmt(v: Any, spec: str) -> str:
         if v is None:
             return "-"
         if isinstance(v, list):
-            return "/".join(format(x, spec) for x in v)
+            return "/".join("-" if x is None else format(x, spec) for x in v)
         return format(v, spec)
 
     rows = [
@@ -294,18 +308,24 @@ def print_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) ->
         ("compiler runs", "fresh", "compiler_runs", "d"),
         ("kernels loaded", "fresh", "kernels", "d"),
         ("kernels / s of compile phase", "fresh", "kernels_per_s", ",.0f"),
-        ("load per kernel us", "fresh", "load_per_kernel_s", ".1f"),
-        ("raw load per kernel us", "fresh", "raw_per_kernel_s", ".1f"),
+        ("load per kernel us (mean)", "fresh", "load_per_kernel_s", ".1f"),
+        ("  median / first load us", "fresh", ("load_median_per_kernel_s", "load_first_per_kernel_s"), ".1f"),
+        ("raw first loads us (mean)", "fresh", "raw_per_kernel_s", ".1f"),
+        ("  median / first load us", "fresh", ("raw_median_per_kernel_s", "raw_first_per_kernel_s"), ".1f"),
+        ("raw repeat load us", "fresh", "raw_repeat_per_kernel_s", ".1f"),
     ]
     for model, res in results.items():
         for title, phase, key, spec in rows:
-            scale = 1e6 if key.endswith("per_kernel_s") else 1
+            last = key[-1] if isinstance(key, tuple) else key
+            scale = 1e6 if last.endswith("per_kernel_s") else 1
             cells = []
             for store in ("eager", "torch", "precompile"):
                 cell = res[store].get(phase) if store != "eager" or phase == "fresh" else None
                 v = None if cell is None else get(cell, key)
                 if isinstance(v, float) and scale != 1:
                     v *= scale
+                elif isinstance(v, list) and scale != 1:
+                    v = [None if x is None else x * scale for x in v]
                 if store == "eager" and key in ("compile_phase_s", "kernels_per_s", "kernels"):
                     v = None
                 cells.append(v)
@@ -316,7 +336,7 @@ def print_table(results: dict[str, dict[str, Any]], args: argparse.Namespace) ->
             t, p = cells[1], cells[2]
             ratio = (
                 f"{t / p:.2f}x"
-                if isinstance(t, float) and isinstance(p, float) and p > 0 and key.endswith("_s")
+                if isinstance(t, float) and isinstance(p, float) and p > 0 and last.endswith("_s")
                 else ""
             )
             print(f"{model:<10}{title:<30}{text[0]:>16}{text[1]:>16}{text[2]:>16}{ratio:>12}")
