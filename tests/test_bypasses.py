@@ -6,7 +6,9 @@ the lambda is the one it traced, and a process whose lambda differs was
 served the stored code (a wrong result). Such a guard on an object no name
 binds is now kept and the frame not stored: a later process compiles it and
 computes with its own lambda. A class defined inside a function cannot be
-named in another process: its frame is not stored either, a `bypassed` miss.
+named in another process: its frame is not stored either, a `bypassed` miss,
+unless a module-level name reaches it (it holds the class or an instance),
+where it is stored by that name and checked by its code on load.
 An identity test on an instance (`CHOICE is MARK`) is stored with guards
 that reject another instance. Each later process computes what eager does.
 """
@@ -48,6 +50,46 @@ def test_a_local_class_is_a_bypassed_miss(tmp_path: Path) -> None:
     assert "defined in local scope" in a["stderr"], a["stderr"][-3000:]
     assert counter(b, "precompile", "miss_bypassed") == 1, b["counters"]
     assert counter(b, "stats", "unique_graphs") == 1, b["counters"]
+
+
+def test_a_local_class_a_module_name_reaches_is_stored(tmp_path: Path) -> None:
+    """The `kernels` package's shape: a module calls its private instance of
+    a class made inside a function, whose instance a module-level name
+    holds. torch bypasses the frame; the store saves the class by that name."""
+    a, b = _round_trip("bound_local_class", tmp_path)
+    assert "package bypass" not in a["stderr"], a["stderr"][-3000:]
+    assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]
+    assert counter(b, "stats", "unique_graphs") == 0, b["counters"]
+
+
+def test_a_local_class_made_by_other_code_is_refused(tmp_path: Path) -> None:
+    """The loading process's class has the same module, name and qualified
+    name but other code: the entry does not serve it, and the frame compiles
+    to what eager computes (x * 4, not the stored x * 3)."""
+    _, b = _round_trip("bound_local_class", tmp_path, OTHER)
+    assert counter(b, "precompile", "miss_guards_unreadable") == 1, b["counters"]
+    assert counter(b, "precompile", "frames_loaded") == 0, b["counters"]
+    assert counter(b, "stats", "unique_graphs") == 1, b["counters"]
+
+
+def test_an_instance_of_a_nested_class_is_stored(tmp_path: Path) -> None:
+    """`Outer.Inner` imports by name: torch bypasses a type guard on its
+    instance all the same (its qualified name is not its name)."""
+    a, b = _round_trip("nested_class", tmp_path)
+    assert "package bypass" not in a["stderr"], a["stderr"][-3000:]
+    assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]
+    assert counter(b, "stats", "unique_graphs") == 0, b["counters"]
+
+
+def test_the_class_of_a_named_function_is_no_bypass(tmp_path: Path) -> None:
+    """Reading a module-level function's class (torchvision's detection heads
+    log each op they call) guards `G['f'].__class__`: the interpreter's
+    `function` type, the same object in any process, not an instance only
+    this process holds."""
+    a, b = _round_trip("function_class", tmp_path)
+    assert "package bypass" not in a["stderr"], a["stderr"][-3000:]
+    assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]
+    assert counter(b, "stats", "unique_graphs") == 0, b["counters"]
 
 
 def test_an_identity_test_on_an_instance_rejects_another_instance(tmp_path: Path) -> None:

@@ -213,6 +213,42 @@ def test_script_function_type_guards_serialize_the_type_of_a_named_script_functi
         assert _recorded(_scripted, x) == [(True, 0)]
 
 
+def _made_in_a_function() -> type:
+    class Halve(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x / 2
+
+    return Halve
+
+
+# A module-level name holds an instance of the local class: what carries it.
+_HALVE = _made_in_a_function()()
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.funcs = {"halve": type(_HALVE)()}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.funcs["halve"](x).cos()
+
+
+def _through(x: torch.Tensor, holder: torch.nn.Module) -> torch.Tensor:
+    return holder(x) + 1
+
+
+def test_local_class_type_guards_serialize_the_type_of_a_class_a_name_reaches(store: Path) -> None:
+    require(tc.local_class_type_guards)
+    holder, x = _Holder(), torch.ones(3)
+    assert _recorded(_through, x, holder) == [(False, 1)]
+    with off(tc.local_class_type_guards):
+        assert _recorded(_through, x, holder) == [(True, 0)]
+    # A local class no module-level name reaches stays a bypass.
+    holder.funcs["halve"] = _made_in_a_function()()
+    assert _recorded(_through, x, holder) == [(True, 0)]
+
+
 def test_guard_state_dump_errors_bypass_the_frame(store: Path) -> None:
     """torch 2.11 lets a guard state's pickling error other than
     AttributeError out of the compile; newer torch turns it into a bypass

@@ -4,11 +4,18 @@
 
 `lambda`: calls a module-level lambda (`ACT`, a CLOSURE_MATCH guard).
 `local_class`: reads an attribute of an instance of a class defined inside
-a function (a TYPE_MATCH guard on a local class). `identity`: branches on
-`CHOICE is MARK` for an instance. With `PRECOMPILE_TEST_OTHER=1` each global
+a function (a TYPE_MATCH guard on a local class). `bound_local_class`: a
+module calls a private instance of a class made inside a function whose
+instance a module-level name holds (`SCALE`, as the `kernels` package wraps
+transformers' hub functions). `nested_class`: reads an attribute of an
+instance of a class nested in a class. `function_class`:
+reads the class of a module-level function, as torchvision's
+`_log_api_usage_once` does (an ID_MATCH guard on `G[...].__class__`, the
+interpreter's `function` type). `identity`: branches on `CHOICE is MARK` for
+an instance. With `PRECOMPILE_TEST_OTHER=1` each global
 holds another object of the same source line (another lambda, another
-instance), as a later process may. Writes the outputs (OUT_JSON.pt) and the
-counters (OUT_JSON).
+instance, an instance of a class made by other code), as a later process
+may. Writes the outputs (OUT_JSON.pt) and the counters (OUT_JSON).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import enum
 import json
 import os
 import sys
+import types
 
 import torch
 
@@ -50,6 +58,54 @@ def _local_class() -> type:
     return Scale
 
 
+def _func_module() -> type:
+    # Two bodies, one qualified name: what tells them apart is their code.
+    if OTHER:
+
+        class Func(torch.nn.Module):
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 4.0
+
+    else:
+
+        class Func(torch.nn.Module):  # type: ignore[no-redef]
+            def forward(self, x: torch.Tensor) -> torch.Tensor:
+                return x * 3.0
+
+    Func.__module__ = __name__
+    return Func
+
+
+SCALE = _func_module()()
+
+
+class UsesScale(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        # A plain dict attribute, not a submodule, as `kernels` keeps them.
+        self.funcs = {"scale": type(SCALE)()}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.funcs["scale"](x).sin() + 1
+
+
+class Outer:
+    class Inner:
+        factor = 3.0
+
+
+def _usage_name(obj: object) -> str:
+    # torchvision's `_log_api_usage_once`: the class's name, or the function's.
+    name = obj.__class__.__name__
+    if isinstance(obj, types.FunctionType):
+        name = obj.__name__
+    return f"{obj.__module__}.{name}"
+
+
+def through_function_class(x: torch.Tensor) -> torch.Tensor:
+    return x.sin() * len(_usage_name(through_function_class))
+
+
 def through_lambda(x: torch.Tensor) -> torch.Tensor:
     return ACT(x) + 1
 
@@ -80,6 +136,9 @@ def main() -> None:
     calls = {
         "lambda": (through_lambda, (x,)),
         "local_class": (through_local_class, (x, _local_class()())),
+        "bound_local_class": (UsesScale(), (x,)),
+        "nested_class": (through_local_class, (x, Outer.Inner())),
+        "function_class": (through_function_class, (x,)),
         "identity": (through_identity, (x,)),
         "enum_member": (through_enum_member, (x, Action.SCALE if OTHER else Action.NONE)),
         "enum_global": (through_enum_global, (x,)),

@@ -104,6 +104,7 @@ from .kernels import (
     triton_cache_dir,
 )
 from .lineages import lineage_key, loading_key, package_key, source_id_of_key, wrapper_lineages
+from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
 from .patch import _Patch
 from .probes import (
@@ -218,6 +219,7 @@ __all__ = [
     "report",
     "save_to_dynamo_cache",
     "script_function_type_guards",
+    "local_class_type_guards",
     "SerializedGraphModule",
     "served_entries",
     "set_caching_precompile",

@@ -133,7 +133,7 @@ class _GuardStateReducers(_Patch):
     first that answers saves the object, and anything no rule answers is
     torch's. Each rule says why in its own docstring: `_function_by_value`,
     `_script_function_by_name`, `_unguarded_bystander`, `_dict_subclass_items`,
-    `_named_reads`.
+    `_named_reads`, `_local_classes`.
 
     Torch versions: 2.11 and newer; each rule decides for itself
     (`_function_by_value` answers nothing where torch has

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import object_paths
+from .local_classes import local_instance_rule
 from .named_guards import _script_function_name
 from .parametrized import parametrized_module_rule, parametrizes_here
 from .stored import (
@@ -287,6 +288,13 @@ def _optimizer_as_saved() -> _Rule | None:
     return rule
 
 
+def _local_classes() -> _Rule | None:
+    """A class torch cannot name that a module-level name reaches, and the
+    instances of such a class, are saved by that name. See
+    `precompile._torch.local_classes`."""
+    return local_instance_rule
+
+
 _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
     _parametrized_modules,
     _tensor_dim_markings,
@@ -296,6 +304,7 @@ _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
     _unguarded_bystander,
     _dict_subclass_items,
     _named_reads,
+    _local_classes,
 )
 
 

@@ -50,8 +50,9 @@ def rebound_by_name(entry: Any) -> bool:
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
-    function or class), an enum member read through its own name, or the
-    function Dynamo inlines for a named TorchScript function."""
+    function or class), one of the interpreter's static types, an enum member
+    read through its own name, or the function Dynamo inlines for a named
+    TorchScript function."""
     name = str(entry.name)
     if name.startswith(_BY_NAME):
         return True
@@ -63,9 +64,23 @@ def rebound_by_name(entry: Any) -> bool:
     return (
         inspect.ismodule(value)
         or object_paths.resolves_by_name(value)
+        or _interpreter_type(value)
         or _enum_member_read_by_name(name, value)
         or _inline_of_a_named_script_function(name, value)
     )
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a static C type
+
+
+def _interpreter_type(value: object) -> bool:
+    """Whether `value` is one of the interpreter's own static types
+    (`function`, `method`, `builtin_function_or_method`): one object in every
+    process of the same Python, whatever binds it. Dynamo guards
+    `G['nms'].__class__` before it inlines a global function (torchvision's
+    detection heads); `builtins.function` names nothing, but no process has
+    another `function` type."""
+    return isinstance(value, type) and value.__module__ == "builtins" and not value.__flags__ & _HEAP_TYPE
 
 
 def _inline_of_a_named_script_function(path: str, value: object) -> bool:

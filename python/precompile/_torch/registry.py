@@ -38,6 +38,7 @@ from .lean_debug import lean_backend_debug
 from .lean_imports import lean_cached_graph_imports
 from .lean_pickled_globals import lean_pickled_globals
 from .lineages import wrapper_lineages
+from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
 from .op_free_graphs import op_free_graphs
 from .parametrized import parametrized_type_guards
@@ -72,6 +73,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("guard_passes", guard_passes),
     ("guard_state_reducers", guard_state_reducers),
     ("script_function_type_guards", script_function_type_guards),
+    ("local_class_type_guards", local_class_type_guards),
     ("guard_state_dump_errors", guard_state_dump_errors),
     ("module_alias_recorder", module_alias_recorder),
     ("unnamed_frames", unnamed_frames),

@@ -140,6 +140,32 @@ def _rebuild_parametrized_module(original: type, name: str, tensor_names: tuple[
     return module
 
 
+def _resolve_local_class(module_name: str, name: str, qualname: str, digest: str) -> type:
+    """The class `local_classes.reference` saved: the one module-level `name`
+    holds (or holds an instance of) here, refused unless it has the saved
+    module, qualified name and code digest."""
+    from .local_classes import class_digest
+
+    value = getattr(importlib.import_module(module_name), name)
+    cls = value if isinstance(value, type) else type(value)
+    if cls.__module__ != module_name or cls.__qualname__ != qualname:
+        raise TypeError(
+            f"{module_name}.{name} reaches {cls.__module__}.{cls.__qualname__} now, not the saved {qualname}"
+        )
+    if class_digest(cls) != digest:
+        raise TypeError(f"{module_name}.{name} reaches a {qualname} made by other code than the saved one")
+    return cls
+
+
+def _new_instance(cls: type) -> Any:
+    """An instance of `cls` made without its `__init__`; its attributes follow
+    (`_set_module_state` for a module)."""
+    if not isinstance(cls, type):
+        raise TypeError(f"{cls!r} is not a class")
+    new: Any = cls.__new__
+    return new(cls)
+
+
 def _set_module_state(module: Any, state: dict[str, Any]) -> None:
     """Set a rebuilt module's attributes as `nn.Module.__setstate__` does."""
     torch.nn.Module.__setstate__(module, state)  # type: ignore[no-untyped-call]
