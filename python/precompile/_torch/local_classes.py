@@ -29,7 +29,6 @@ torch's `_Missing` placeholder.
 from __future__ import annotations
 
 import copyreg
-import functools
 import hashlib
 import sys
 import types
@@ -38,6 +37,7 @@ from typing import Any
 import torch
 
 from .. import object_paths
+from .named_guards import lifting_marks
 from .patch import _Patch
 
 # The data kinds whose repr is stable across processes (no id, no hash order).
@@ -211,19 +211,7 @@ class _LocalClassTypeGuards(_Patch):
         if not callable(serialize):
             return
 
-        @functools.wraps(serialize)
-        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
-            lifted = [g for g in sorted_guards if _types_a_carried_class(builder, g)]
-            marks = [g._unserializable for g in lifted]
-            for guard in lifted:
-                guard._unserializable = None
-            try:
-                return serialize(self, builder, sorted_guards, *args, **kwargs)
-            finally:
-                for guard, mark in zip(lifted, marks):
-                    guard._unserializable = mark
-
-        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+        self._replace(CheckFunctionManager, "serialize_guards", lifting_marks(serialize, _types_a_carried_class))
 
 
 def _types_a_carried_class(builder: Any, guard: Any) -> bool:

@@ -117,21 +117,31 @@ class _ScriptFunctionTypeGuards(_Patch):
         if not callable(serialize) or not isinstance(script_function, type):
             return
 
-        @functools.wraps(serialize)
-        def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
-            # The guards are this compile's own objects: the mark is lifted
-            # for the one call that serializes them, then put back.
-            lifted = [g for g in sorted_guards if _types_a_named_script_function(builder, g, script_function)]
-            marks = [g._unserializable for g in lifted]
-            for guard in lifted:
-                guard._unserializable = None
-            try:
-                return serialize(self, builder, sorted_guards, *args, **kwargs)
-            finally:
-                for guard, mark in zip(lifted, marks):
-                    guard._unserializable = mark
+        def applies(builder: Any, guard: Any) -> bool:
+            return _types_a_named_script_function(builder, guard, script_function)
 
-        self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
+        self._replace(CheckFunctionManager, "serialize_guards", lifting_marks(serialize, applies))
+
+
+def lifting_marks(serialize: Any, applies: Any) -> Any:
+    """`serialize_guards` that lifts torch's unserializable mark from each
+    guard `applies(builder, guard)` picks, for the one call."""
+
+    @functools.wraps(serialize)
+    def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
+        # The guards are this compile's own objects: the mark is lifted for
+        # the one call that serializes them, then put back.
+        lifted = [g for g in sorted_guards if applies(builder, g)]
+        marks = [g._unserializable for g in lifted]
+        for guard in lifted:
+            guard._unserializable = None
+        try:
+            return serialize(self, builder, sorted_guards, *args, **kwargs)
+        finally:
+            for guard, mark in zip(lifted, marks):
+                guard._unserializable = mark
+
+    return serialize_guards
 
 
 script_function_type_guards = _ScriptFunctionTypeGuards()
