@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from .. import object_paths
-from .named_guards import lifting_marks
+from .named_guards import lifting_marks, marked_type_guard_value
 from .patch import _Patch
 
 # The data kinds whose repr is stable across processes (no id, no hash order).
@@ -217,11 +217,8 @@ class _LocalClassTypeGuards(_Patch):
 def _types_a_carried_class(builder: Any, guard: Any) -> bool:
     """Whether `guard` is a type guard torch marked unserializable only for
     its class's qualified name, on a class the store carries."""
-    if not getattr(guard, "_unserializable", None) or guard.create_fn_name() not in ("TYPE_MATCH", "BUILTIN_MATCH"):
-        return False
-    try:
-        value = builder.get(guard)
-    except Exception:
+    value = marked_type_guard_value(builder, guard)
+    if value is object_paths.NOTHING:
         return False
     if isinstance(value, torch._subclasses.FakeTensor) and value.pytype:
         cls = value.pytype

@@ -150,13 +150,19 @@ script_function_type_guards = _ScriptFunctionTypeGuards()
 def _types_a_named_script_function(builder: Any, guard: Any, script_function: type) -> bool:
     """Whether `guard` is a type guard torch marked unserializable only because
     it checks the type of a script function `_script_function_name` names."""
-    if not getattr(guard, "_unserializable", None) or guard.create_fn_name() not in ("TYPE_MATCH", "BUILTIN_MATCH"):
-        return False
-    try:
-        value = builder.get(guard)
-    except Exception:
-        return False
+    value = marked_type_guard_value(builder, guard)
     return type(value) is script_function and _script_function_name(value) is not None
+
+
+def marked_type_guard_value(builder: Any, guard: Any) -> Any:
+    """The value a type guard torch marked unserializable checks;
+    `object_paths.NOTHING` for any other guard, or where it cannot be read."""
+    if not getattr(guard, "_unserializable", None) or guard.create_fn_name() not in ("TYPE_MATCH", "BUILTIN_MATCH"):
+        return object_paths.NOTHING
+    try:
+        return builder.get(guard)
+    except Exception:
+        return object_paths.NOTHING
 
 
 def _script_function_name(fn: Any) -> tuple[str, str] | None:
