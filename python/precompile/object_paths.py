@@ -124,6 +124,10 @@ def resolves_by_name(value: object) -> bool:
     return names(getattr(value, "__module__", None), getattr(value, "__qualname__", None), value)
 
 
+# Py_TPFLAGS_HEAPTYPE: a class made at run time (in Python), not a static C type.
+HEAP_TYPE = 1 << 9
+
+
 # What `lookup` returns for a name no class in the MRO (or the object) holds.
 NOTHING = object()
 

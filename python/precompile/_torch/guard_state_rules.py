@@ -138,9 +138,6 @@ def _unguarded_bystander() -> _Rule | None:
     return rule
 
 
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python, not in C
-
-
 def _dict_subclass_items() -> _Rule | None:
     """A dict subclass that rewrites keys in `__setitem__` keeps its keys.
 
@@ -159,7 +156,7 @@ def _dict_subclass_items() -> _Rule | None:
             return None
         # Only where dict is the one C base: a C mapping such as OrderedDict
         # keeps its own order that `dict.update` would bypass.
-        if any(not base.__flags__ & _HEAP_TYPE for base in kind.__mro__ if base not in (dict, object)):
+        if any(not base.__flags__ & object_paths.HEAP_TYPE for base in kind.__mro__ if base not in (dict, object)):
             return None
         if not object_paths.resolves_by_name(kind):
             return None

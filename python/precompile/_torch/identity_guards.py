@@ -70,9 +70,6 @@ def rebound_by_name(entry: Any) -> bool:
     )
 
 
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time, not a static C type
-
-
 def _interpreter_type(value: object) -> bool:
     """Whether `value` is one of the interpreter's own static types
     (`function`, `method`, `builtin_function_or_method`): one object in every
@@ -80,7 +77,7 @@ def _interpreter_type(value: object) -> bool:
     `G['nms'].__class__` before it inlines a global function (torchvision's
     detection heads); `builtins.function` names nothing, but no process has
     another `function` type."""
-    return isinstance(value, type) and value.__module__ == "builtins" and not value.__flags__ & _HEAP_TYPE
+    return isinstance(value, type) and value.__module__ == "builtins" and not value.__flags__ & object_paths.HEAP_TYPE
 
 
 def _inline_of_a_named_script_function(path: str, value: object) -> bool:

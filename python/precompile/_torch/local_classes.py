@@ -38,7 +38,9 @@ import torch
 
 from .. import object_paths
 from .named_guards import lifting_marks, marked_type_guard_value
+from .parametrized import _prune_like_torch
 from .patch import _Patch
+from .stored import _new_instance, _resolve_local_class, _set_module_state
 
 # The data kinds whose repr is stable across processes (no id, no hash order).
 _DATA = (bool, int, float, complex, str, bytes, type(None))
@@ -52,9 +54,10 @@ def _const_digest(value: Any, h: Any) -> None:
     if isinstance(value, types.CodeType):
         _code_digest(value, h)
     elif isinstance(value, (tuple, frozenset)):
-        parts = [value] if isinstance(value, tuple) else [sorted(map(repr, value))]
+        # A frozenset's order follows string hashing, which differs per process.
+        items = value if isinstance(value, tuple) else sorted(value, key=repr)
         h.update(f"{type(value).__name__}{len(value)}(".encode())
-        for item in parts[0]:
+        for item in items:
             _const_digest(item, h)
         h.update(b")")
     else:
@@ -77,13 +80,12 @@ def _value_digest(value: Any, h: Any, depth: int = 0) -> None:
         _code_digest(value.__code__, h)
         # A function a class makes per call closes over what it was made
         # for (kernels' `Func.forward` over the decorated function).
-        for cell in value.__closure__ or ():
+        for cell in (value.__closure__ or ()) if depth < 1 else ():
             try:
                 contents = cell.cell_contents
             except ValueError:
                 continue
-            if depth < 1:
-                _value_digest(contents, h, depth + 1)
+            _value_digest(contents, h, depth + 1)
     elif isinstance(value, _DATA):
         h.update(repr(value).encode())
     else:
@@ -121,12 +123,15 @@ def reference(cls: type) -> tuple[str, str, str, str] | None:
     """(module, name, qualname, digest) that `stored._resolve_local_class`
     turns back into `cls`, for a local class a module-level name reaches; None
     for any other class."""
+    name = _reaching_name(cls)
+    return None if name is None else (cls.__module__, name, cls.__qualname__, class_digest(cls))
+
+
+def _reaching_name(cls: type) -> str | None:
+    """`witness` for a class torch cannot name and pickle cannot either."""
     if not _local(cls) or object_paths.resolves_by_name(cls):
         return None
-    name = witness(cls)
-    if name is None:
-        return None
-    return cls.__module__, name, cls.__qualname__, class_digest(cls)
+    return witness(cls)
 
 
 def _nested(cls: type) -> bool:
@@ -147,14 +152,12 @@ def carried(cls: type) -> bool:
     """Whether a store's guard state carries `cls` by name: a nested class
     that imports by name, or a local class a module-level name reaches
     (`reference`)."""
-    return _nested(cls) or reference(cls) is not None
+    return _nested(cls) or _reaching_name(cls) is not None
 
 
 def local_instance_rule(pickler: Any, obj: Any) -> Any:
     """The reduction of a local class (see the module docstring) or of an
     instance of a carried local class; None for anything else."""
-    from .stored import _new_instance, _resolve_local_class, _set_module_state
-
     if isinstance(obj, type):
         if not _local(obj):
             return None
@@ -174,8 +177,6 @@ def local_instance_rule(pickler: Any, obj: Any) -> Any:
         placeholder = getattr(guards, "_Missing", None)
         return None if placeholder is None else (placeholder, (f"unguarded {cls.__name__}",))
     if isinstance(obj, torch.nn.Module):
-        from .parametrized import _prune_like_torch
-
         _prune_like_torch(pickler, obj)
         return _new_instance, (cls,), dict(vars(obj)), None, None, _set_module_state
     own = vars(object)
