@@ -40,6 +40,10 @@ _UNSERVED = {
     # The optimizer step's graph holds the parameters as graph attributes
     # (static addresses): torch bypasses that frame at save ("Graph contains
     # named parameters"), so it compiles again; the step's other frames load.
+    # Lifting them to graph inputs would not serve it either: Dynamo runs the
+    # optimizer's state init while it traces the first step, so the variant
+    # saved guards the filled state (`len(L['self'].state) == 12`), which a
+    # fresh process's first step has not made yet.
     "train_step": "miss_bypassed",
 }
 # On CUDA, max-autotune also runs Triton's coordinate-descent tuning at a

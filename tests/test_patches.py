@@ -413,3 +413,73 @@ def test_marked_probe_lookup_answers_a_marked_probe_without_build_options(
     built.clear()
     isa.check_build(code)
     assert built == [isa]
+
+
+# A compiled training step whose backward runs inside it: torch compiles the
+# lazy backward in that eager region, through the adapter's hooks, while
+# Dynamo's frame callback is set. Prints the graph-break reasons Dynamo
+# counted (first line of each) and the adapter's frames it was handed.
+_TRAINING_STEP = """
+    import json, sys
+    import torch
+    import torch._dynamo.convert_frame as convert_frame
+    from torch._dynamo.utils import counters
+    handed = []
+    converter = convert_frame.ConvertFrame.__call__
+    def noting(self, frame, *args, **kwargs):
+        if "precompile" in frame.f_code.co_filename.replace("\\\\", "/").split("/"):
+            handed.append(frame.f_code.co_name)
+        return converter(self, frame, *args, **kwargs)
+    convert_frame.ConvertFrame.__call__ = noting
+    if sys.argv[1] != "-":
+        import precompile
+        precompile.install(sys.argv[1], save_on_exit=False)
+    def step(w, x):
+        loss = (x @ w).sin().sum()
+        loss.backward()
+        return loss.detach()
+    torch.manual_seed(0)
+    w = torch.randn(4, 3, requires_grad=True)
+    compiled = torch.compile(step)
+    losses = [compiled(w, torch.randn(2, 4)) for _ in range(2)]
+    reasons = {group: sorted({k.splitlines()[0] for k in counters[group]}) for group in ("graph_break", "unimplemented")}
+    print(json.dumps({"reasons": reasons, "handed": handed, "grad": w.grad.tolist()}))
+"""
+
+
+def _training_step(store: Path | str, **env: str) -> dict[str, Any]:
+    import json
+    import textwrap
+
+    from support.processes import child_env
+
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_TRAINING_STEP), str(store)],
+        capture_output=True,
+        text=True,
+        env=child_env(env),
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_own_frames_skipped_keeps_dynamo_out_of_the_adapter(store: Path, tmp_path: Path) -> None:
+    """The graph breaks a training step counts are torch's own: Dynamo is
+    never handed the adapter's frames. With the patch off, it traces the
+    kept-backward compiler and counts a graph break on its lock."""
+    require(tc.own_frames_skipped)
+    fresh = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-torch")}
+    plain = _training_step("-", **fresh)
+    stored = _training_step(tmp_path / "store-on", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-on"))
+    assert stored["reasons"] == plain["reasons"]
+    assert stored["handed"] == []
+    torch.testing.assert_close(torch.tensor(stored["grad"]), torch.tensor(plain["grad"]))
+
+    unskipped = _training_step(
+        tmp_path / "store-off",
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-off"),
+        PRECOMPILE_PATCHES_OFF="own_frames_skipped",
+    )
+    assert "__call__" in unskipped["handed"]
+    assert unskipped["reasons"] != plain["reasons"]

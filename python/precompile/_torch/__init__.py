@@ -106,6 +106,7 @@ from .kernels import (
 from .lineages import lineage_key, loading_key, package_key, source_id_of_key, wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
+from .own_frames import own_frames_skipped
 from .patch import _Patch
 from .probes import (
     TORCH_MARKS_PROBES,
@@ -159,6 +160,7 @@ __all__ = [
     "counters",
     "cpu_capability",
     "ddp_optimizer_frames",
+    "own_frames_skipped",
     "debug_info",
     "default_dynamo_dir",
     "deferred_full_gc",

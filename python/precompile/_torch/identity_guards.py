@@ -1,4 +1,4 @@
-"""Identity guards on globals torch drops under `caching_precompile`: kept, and their frame left unstored, unless a name rebinds the object."""
+"""Identity guards torch drops under `caching_precompile`: kept on enum members and stored; kept on other globals, their frame left unstored, unless a name rebinds the object."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import torch
 
 from .. import object_paths
 from .guard_logs import _BY_NAME, _GLOBAL_MODULE_OR_BUILTIN
+from .named_guards import all_guards_of_kind_accepted, serializable
 from .patch import _Patch
 
 # torch/_dynamo/guards.py: the kinds its `caching_precompile` filter drops.
@@ -98,6 +99,18 @@ def _inline_of_a_named_script_function(path: str, value: object) -> bool:
     return getattr(owner, "_torchdynamo_inline", None) is value
 
 
+def named_enum_member(value: object) -> bool:
+    """Whether `value` is an enum member that a loading process finds again:
+    its class imports by name and the member is the one its name gives. A
+    member is one object per class and name in a process, and the guard
+    state pickles it by its class, so an identity guard on it, rebuilt from
+    the saved state, checks the loading process's own member."""
+    if not isinstance(value, enum.Enum):
+        return False
+    cls = type(value)
+    return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
+
+
 def _enum_member_read_by_name(path: str, value: object) -> bool:
     """Whether the guard reads an enum member through its own name
     (`G['Action'].NONE`, as transformers' Llama does) on a class that imports
@@ -105,10 +118,7 @@ def _enum_member_read_by_name(path: str, value: object) -> bool:
     so the loading process's `Action.NONE` is the one its code means. A
     global that merely holds a member (`MODE = Action.NONE`) may hold another
     one in another process: its guard stays."""
-    if not isinstance(value, enum.Enum) or not path.endswith(f".{value.name}"):
-        return False
-    cls = type(value)
-    return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
+    return isinstance(value, enum.Enum) and path.endswith(f".{value.name}") and named_enum_member(value)
 
 
 class _IdentityGuards(_Patch):
@@ -130,10 +140,18 @@ class _IdentityGuards(_Patch):
     frame's locals and what they reach (transformers' decorators guard the
     closure of the function they are passed, `L['func']`, on every call):
     torch drops those, and keeping them would leave such frames unstored.
+    An ID_MATCH guard on an enum member (`action is Action.NONE` on an
+    argument, or on a global holding a member), whose class imports by name,
+    is kept and stored: torch refuses to serialize any ID_MATCH, and the
+    refusal is lifted for a guard list whose ID_MATCH guards are all such;
+    the loading process rebuilds each from the saved state against its own
+    member, so a call with another member is a guard failure there, as here.
     WEAKREF_ALIVE and DICT_VERSION guards are left to torch.
 
     Torch versions: 2.11 and newer install that filter inside
-    `CheckFunctionManager.__init__`.
+    `CheckFunctionManager.__init__` and list ID_MATCH in
+    `UNSUPPORTED_SERIALIZATION_GUARD_TYPES` (enum members stay a bypass
+    where that tuple is missing).
     Steps aside: `_apply` replaces nothing where `CheckFunctionManager` has no
     `__init__` taking `guard_filter_fn` and `save_guards`, or no
     `serialize_guards`.
@@ -161,7 +179,11 @@ class _IdentityGuards(_Patch):
         @functools.wraps(init)
         def __init__(manager: Any, *args: Any, **kwargs: Any) -> None:
             bound = signature.bind(manager, *args, **kwargs)
-            if not (torch._dynamo.config.caching_precompile and bound.arguments.get("save_guards")):
+            # A compile that saves, or a stored state being loaded (torch
+            # 2.11 builds it under the same filter, which would drop the
+            # enum-member guards the save kept).
+            building = bound.arguments.get("save_guards") or bound.arguments.get("runtime_global_scope") is not None
+            if not (torch._dynamo.config.caching_precompile and building):
                 init(manager, *args, **kwargs)
                 return
             kept: dict[int, str] = {}
@@ -187,7 +209,15 @@ class _IdentityGuards(_Patch):
                     # state is never saved (2.11 asserts that one exists).
                     output_graph.bypass_package(f"Guard evaluation failed: {reason}")
                     return b""
-            return serialize(manager, builder, sorted_guards, *args, **kwargs)
+            unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
+            if not isinstance(unsupported, tuple) or not all_guards_of_kind_accepted(
+                builder, sorted_guards, "ID_MATCH", named_enum_member
+            ):
+                return serialize(manager, builder, sorted_guards, *args, **kwargs)
+            # torch refuses every ID_MATCH; these rebuild exactly from the
+            # saved state, so the refusal is lifted for this one call.
+            with serializable("ID_MATCH"):
+                return serialize(manager, builder, sorted_guards, *args, **kwargs)
 
         self._replace(CheckFunctionManager, "__init__", __init__)
         self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
@@ -207,6 +237,8 @@ def _filter(
             kind = _identity_kind(entry) if keep else None
             if kind is None:
                 result.append(bool(keep))
+            elif _kept_as_enum_member(entry):
+                result.append(True)
             elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry):
                 what = type(entry.value).__name__ if entry.has_value else "object"
                 kept[id(entry.orig_guard)] = (
@@ -222,6 +254,18 @@ def _filter(
         return result
 
     return guard_filter_fn
+
+
+def _kept_as_enum_member(entry: Any) -> bool:
+    """Whether `entry` is an ID_MATCH guard on an enum member (a local or a
+    global holding one, `action is Action.NONE`) that is kept and stored:
+    the loading process rebuilds it from the saved state against its own
+    member (`named_enum_member`), so it checks what it checked here. One
+    read through the member's own name (`G['Action'].NONE`) holds in every
+    process and is dropped as torch drops it."""
+    if entry.guard_type != "ID_MATCH" or not entry.has_value or not named_enum_member(entry.value):
+        return False
+    return not _enum_member_read_by_name(str(entry.name), entry.value)
 
 
 identity_guards = _IdentityGuards()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -38,10 +40,6 @@ class _NamedClassGuards(_Patch):
     `serialize_guards` is missing.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._lock = threading.Lock()
-
     def _apply(self) -> None:
         from torch._dynamo.guards import CheckFunctionManager
 
@@ -49,40 +47,51 @@ class _NamedClassGuards(_Patch):
         original = CheckFunctionManager.__dict__.get("serialize_guards")
         if not isinstance(unsupported, tuple) or "CLASS_MATCH" not in unsupported or original is None:
             return  # a torch that serializes them already, or that we do not know
-        lock = self._lock
 
         @functools.wraps(original)
         def serialize_guards(self: Any, builder: Any, sorted_guards: Any, *args: Any, **kwargs: Any) -> Any:
-            if not _class_matches_are_named(builder, sorted_guards):
+            if not all_guards_of_kind_accepted(builder, sorted_guards, "CLASS_MATCH", _named_class):
                 return original(self, builder, sorted_guards, *args, **kwargs)
-            with lock:
-                kept = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
-                CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = tuple(
-                    t for t in kept if t != "CLASS_MATCH"
-                )
-                try:
-                    return original(self, builder, sorted_guards, *args, **kwargs)
-                finally:
-                    CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
+            with serializable("CLASS_MATCH"):
+                return original(self, builder, sorted_guards, *args, **kwargs)
 
         self._replace(CheckFunctionManager, "serialize_guards", serialize_guards)
 
 
-def _class_matches_are_named(builder: Any, guards: Any) -> bool:
-    """True when the list has CLASS_MATCH guards and every one is on a named
-    class, and no other guard merely derives a CLASS_MATCH."""
+# Guards one tuple that several patches narrow for a call.
+_unsupported_lock = threading.RLock()
+
+
+@contextlib.contextmanager
+def serializable(kind: str) -> Iterator[None]:
+    """torch's refusal of every `kind` guard at serialization lifted for the
+    calls inside; a caller first checks each such guard can be carried."""
+    from torch._dynamo.guards import CheckFunctionManager
+
+    with _unsupported_lock:
+        kept = CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES
+        CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = tuple(t for t in kept if t != kind)
+        try:
+            yield
+        finally:
+            CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
+
+
+def all_guards_of_kind_accepted(builder: Any, guards: Any, kind: str, accepts: Callable[[Any], bool]) -> bool:
+    """True when the list has `kind` guards, `accepts` takes the value each
+    one checks, and no other guard merely derives a `kind` guard."""
     found = False
     for guard in guards:
         derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
-        if guard.create_fn_name() == "CLASS_MATCH":
+        if guard.create_fn_name() == kind:
             try:
                 value = builder.get(guard)
             except Exception:
                 return False
-            if not _named_class(value):
+            if not accepts(value):
                 return False
             found = True
-        elif "CLASS_MATCH" in derived:
+        elif kind in derived:
             return False
     return found
 

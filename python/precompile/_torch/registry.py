@@ -41,6 +41,7 @@ from .lineages import wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
 from .op_free_graphs import op_free_graphs
+from .own_frames import own_frames_skipped
 from .parametrized import parametrized_type_guards
 from .patch import OFF_ENV, _Patch, names_turned_off
 from .probes import marked_probe_lookup, probe_load_marks
@@ -51,6 +52,7 @@ __all__ = ["OFF_ENV", "PatchStatus", "patches", "patches_off", "report", "start_
 
 
 _PATCHES: tuple[tuple[str, _Patch], ...] = (
+    ("own_frames_skipped", own_frames_skipped),
     ("save_to_dynamo_cache", save_to_dynamo_cache),
     ("kernel_capture", kernel_capture),
     ("probe_load_marks", probe_load_marks),
