@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.processes import last_line, run_python
@@ -335,3 +336,35 @@ def test_an_absolute_kernel_file_from_an_older_store_moves_to_this_hosts_dir(tmp
     assert loaded[0].kernel.filename == str(tmp_path / "q3" / name)
     assert loaded[1].kernel.filename == str(tmp_path / "q3" / name)
     assert loaded[2].kernel.filename is None  # never outside the cache dir
+
+
+@pytest.mark.torch
+def test_a_loaded_kernel_writes_its_tuning_result_beside_its_local_file(tmp_path: Path) -> None:
+    """The result writer a static autotuner is pickled with names the saving
+    host's file; loaded, a kernel tuned at its first launch writes its winner
+    in this host's cache dir (seen under max-autotune on an H100, where the
+    loading process wrote into the saving host's Inductor dir). A stored
+    name of another shape writes nothing."""
+    import pickle
+
+    triton = pytest.importorskip("triton")
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from precompile._torch import local_static_autotuners
+
+    saving, loading = tmp_path / "saving", tmp_path / "loading"
+    name = "cq3arcwgrok2frhh7skviqwnpans5k64f.py"
+    (loading / "q3").mkdir(parents=True)
+    stored = []
+    for other_shape in (None, "x.best_config.py"):
+        cache = AutotuneCache.create({}, str(saving / "q3" / name), "configs-hash")
+        assert cache is not None and cache.local_cache is not None
+        if other_shape is not None:
+            cache.local_cache = (cache.local_cache[0], str(saving / "q3" / other_shape))
+        autotuner: Any = _static_autotuner(str(saving / "q3" / name))
+        autotuner.kernel.save_cache_hook = pickle.loads(pickle.dumps(cache)).save  # as a store unpickles it
+        stored.append(autotuner)
+    for autotuner in local_static_autotuners(stored, str(loading)):
+        autotuner.kernel.save_cache_hook(triton.Config({"XBLOCK": 64}), 1_000_000, found_by_coordesc=True)
+    assert not saving.exists()
+    assert [p.parent for p in loading.rglob("*.best_config")] == [loading / "q3"]

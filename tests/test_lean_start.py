@@ -102,6 +102,9 @@ def test_a_new_frame_compiles_in_the_served_process(served: dict[str, Any]) -> N
 
 def test_stand_ins_are_what_torch_gives(tmp_path: Path) -> None:
     out = _run("contract", tmp_path / "store", tmp_path)
+    assert out["graph_imported_before"] is False
+    assert out["cache_hit_got_stand_in"] is True
+    assert out["compile_fx_got_real"] is True
     # Reading the flags did not import the debug module; importing it replaced the stand-in.
     assert out["debug_imported_by_flags"] is False
     assert out["debug_is_real"] is True

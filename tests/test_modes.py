@@ -46,13 +46,6 @@ _UNSERVED = {
     # fresh process's first step has not made yet.
     "train_step": "miss_bypassed",
 }
-# On CUDA, max-autotune also runs Triton's coordinate-descent tuning at a
-# kernel's first call. Its winner is saved with no binary hash (that config is
-# compiled after the graph's Triton bundle was taken), so it does not travel:
-# the fresh process compiles no graph but benchmarks those kernels again
-# (seen on the H200, torch 2.11: ~107 benchmarks against the cold side's 160).
-_RETUNED = set(AUTOTUNED) if DEVICE == "cuda" else set()
-_RETUNED_REASON = "coordinate-descent tuning results do not travel on CUDA"
 
 
 @pytest.fixture(scope="session")
@@ -87,7 +80,7 @@ def _compiler_runs(side: dict, name: str) -> list[str]:
 
 def _case(name: str) -> object:
     """A case, a strict xfail with its cause where it does not warm-start whole."""
-    reason = _UNSERVED.get(name) or (_RETUNED_REASON if name in _RETUNED else None)
+    reason = _UNSERVED.get(name)
     return name if reason is None else pytest.param(name, marks=pytest.mark.xfail(reason=reason, strict=True))
 
 
@@ -111,7 +104,6 @@ def test_case_warm_starts_whole(name: str, modes_round_trip: tuple[dict, dict]) 
     assert warm["cases"][name]["benchmarks"] == 0
 
 
-@pytest.mark.xfail(DEVICE == "cuda", reason=_RETUNED_REASON, strict=True)
 def test_autotuning_results_travel(modes_round_trip: tuple[dict, dict]) -> None:
     """The cold process benchmarked GEMM choices; the fresh one benchmarks none.
 

@@ -45,6 +45,7 @@ x = torch.randn(8, 64)
 out: dict = {}
 if phase == "contract":
     from precompile._torch.lean_imports import TORCH_EXTERN_KERNELS, extern_kernels
+    from precompile._torch.registry import lean_cached_graph_imports
 
     # The backend config as the lean start takes it, then torch's own.
     ours = {}
@@ -54,6 +55,21 @@ if phase == "contract":
     served = {name: getattr(extern_kernels, name) for name in sorted(TORCH_EXTERN_KERNELS)}
     flags = {name: getattr(torch._inductor.debug, name) for name in ("RECORD_GRAPH_EXECUTION", "GRAPH_EXECUTION_ORDER")}
     out["debug_imported_by_flags"] = "torch._inductor.debug" in sys.modules
+    # While a cached graph is served, only the cache hit's own import of
+    # GraphLowering gets the stand-in; a module first imported then (the
+    # compiler, on a GPU host) binds the real class.
+    out["graph_imported_before"] = "torch._inductor.graph" in sys.modules
+    with lean_cached_graph_imports._window():
+        hit: dict = {}
+        exec(
+            "from .graph import GraphLowering",
+            {"__name__": "torch._inductor.codecache", "__package__": "torch._inductor"},
+            hit,
+        )
+        import torch._inductor.compile_fx as compile_fx_module
+    real_graph = sys.modules["torch._inductor.graph"]
+    out["cache_hit_got_stand_in"] = hit["GraphLowering"] is not real_graph.GraphLowering
+    out["compile_fx_got_real"] = compile_fx_module.GraphLowering is real_graph.GraphLowering
     import importlib
 
     debug = importlib.import_module("torch._inductor.debug")

@@ -7,6 +7,7 @@ import contextvars
 import dataclasses
 import functools
 import os
+import re
 import threading
 from typing import Any
 
@@ -280,7 +281,34 @@ def local_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[Any]:
                 kernel.filename = os.path.join(cache_dir, kernels.validate_kernel_source_path(filename))
             except ValueError:
                 kernel.filename = None
+        _local_result_file(kernel)
     return autotuners
+
+
+# The name Inductor gives a kernel's autotuning result file.
+_RESULT_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,200}\.best_config$")
+
+
+def _local_result_file(kernel: Any) -> None:
+    """Point the kernel's autotuning-result writer beside its local source file.
+
+    The writer (`save_cache_hook`, a bound `AutotuneCache.save`) is pickled
+    with the file it writes, `<saving host's cache dir>/<xx>/<key>.best_config`:
+    a kernel tuned at its first launch (coordinate descent, under
+    max-autotune) wrote its winner there, outside this host's cache dir and
+    the store. The file keeps its name beside the kernel's local source; a
+    kernel with no local source, or a name of another shape, writes none.
+    """
+    cache: Any = getattr(getattr(kernel, "save_cache_hook", None), "__self__", None)
+    local = getattr(cache, "local_cache", None)
+    if not (isinstance(local, tuple) and len(local) == 2 and isinstance(local[1], str)):
+        return
+    filename = getattr(kernel, "filename", None)
+    name = os.path.basename(local[1])
+    if isinstance(filename, str) and filename and _RESULT_NAME.match(name):
+        cache.local_cache = (local[0], os.path.join(os.path.dirname(filename), name))
+    else:
+        cache.local_cache = None
 
 
 def _make_result_picklable(result: Any) -> None:

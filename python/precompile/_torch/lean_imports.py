@@ -152,6 +152,13 @@ def _stand_ins() -> dict[str, dict[str, Any]]:
     return served
 
 
+# Stand-ins that are not the runtime object itself, and the one module whose
+# import may get each: any other importer in the window (`compile_fx`, first
+# imported while a cached graph is served, binds `GraphLowering` at module
+# level and compiles with it later) gets the real module.
+_ONLY_FOR = {"torch._inductor.graph": "torch._inductor.codecache"}
+
+
 class _LeanCachedGraphImports(_Patch):
     """A cached graph loads without importing the compiler.
 
@@ -168,7 +175,9 @@ class _LeanCachedGraphImports(_Patch):
     under that name (and imports the real namespace for any other name),
     `_align` is `torch._inductor.utils._align` (which `memory_planning`
     re-exports), and `GraphLowering.save_output_code` is None (nothing can
-    have set it). Any other import, in any thread, is Python's own.
+    have set it; only for `cache_hit_post_compile`'s own import: a module
+    first imported in the window, such as `compile_fx`, gets the real class).
+    Any other import, in any thread, is Python's own.
     A Triton kernel benchmarked at its first launch (`maybe_clone_args`)
     imports `clone_preserve_strides` from `compile_fx`, which re-exports
     it from `torch._inductor.utils`: inside that method, the same window
@@ -286,6 +295,9 @@ class _LeanCachedGraphImports(_Patch):
             name = f"{package}.{name}"
         names = self._served.get(name)
         if names is None or name in sys.modules or not set(fromlist) <= names.keys():
+            return None
+        importer = _ONLY_FOR.get(name)
+        if importer is not None and (globals or {}).get("__name__") != importer:
             return None
         module = types.ModuleType(name, "Runtime parts served before the module is imported.")
         for attr in fromlist:
