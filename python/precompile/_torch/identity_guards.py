@@ -265,7 +265,7 @@ def _kept_as_enum_member(entry: Any) -> bool:
     process and is dropped as torch drops it."""
     if entry.guard_type != "ID_MATCH" or not entry.has_value or not named_enum_member(entry.value):
         return False
-    return not _enum_member_read_by_name(str(entry.name), entry.value)
+    return not str(entry.name).endswith(f".{entry.value.name}")
 
 
 identity_guards = _IdentityGuards()

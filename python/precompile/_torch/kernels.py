@@ -7,7 +7,6 @@ import contextvars
 import dataclasses
 import functools
 import os
-import re
 import threading
 from typing import Any
 
@@ -285,10 +284,6 @@ def local_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[Any]:
     return autotuners
 
 
-# The name Inductor gives a kernel's autotuning result file.
-_RESULT_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,200}\.best_config$")
-
-
 def _local_result_file(kernel: Any) -> None:
     """Point the kernel's autotuning-result writer beside its local source file.
 
@@ -303,12 +298,19 @@ def _local_result_file(kernel: Any) -> None:
     local = getattr(cache, "local_cache", None)
     if not (isinstance(local, tuple) and len(local) == 2 and isinstance(local[1], str)):
         return
+    from .. import kernels
+
     filename = getattr(kernel, "filename", None)
-    name = os.path.basename(local[1])
-    if isinstance(filename, str) and filename and _RESULT_NAME.match(name):
-        cache.local_cache = (local[0], os.path.join(os.path.dirname(filename), name))
-    else:
+    if not (isinstance(filename, str) and filename):
         cache.local_cache = None
+        return
+    folder = os.path.dirname(filename)
+    try:
+        relpath = kernels.validate_autotune_path(f"{os.path.basename(folder)}/{os.path.basename(local[1])}")
+    except ValueError:
+        cache.local_cache = None
+        return
+    cache.local_cache = (local[0], os.path.join(os.path.dirname(folder), relpath))
 
 
 def _make_result_picklable(result: Any) -> None:
