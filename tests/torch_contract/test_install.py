@@ -33,6 +33,10 @@ def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
     (code,) = entry.dynamo.codes
     (guarded,) = code.guarded_codes
     handed = []
+    # torch's own function, read with the store's wrapper off: putting back
+    # what was read with it on would leave a stale wrapper as torch's
+    # function after uninstall (and its held states) for later tests.
+    tc.guard_state_handoff.stop()
     unpickle = dynamo_package.load_guards_state
 
     def spy(guards_state: bytes) -> object:
@@ -40,7 +44,6 @@ def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
         handed.append(state)
         return state
 
-    tc.guard_state_handoff.stop()
     dynamo_package.load_guards_state = spy  # the spy is now torch's function
     try:
         tc.guard_state_handoff.start()
@@ -60,6 +63,7 @@ def test_install_reuses_each_checked_guard_state_once(store: Path) -> None:
         tc.guard_state_handoff.stop()
         dynamo_package.load_guards_state = unpickle
         tc.guard_state_handoff.start()
+    assert tc.guard_state_handoff.original(dynamo_package, "load_guards_state") is unpickle
     reset()
     with torch.compiler.set_stance("fail_on_recompile"):
         torch.testing.assert_close(torch.compile(_sin_cos)(x), expected)
