@@ -22,7 +22,7 @@ from typing import Any
 from . import _torch as tc
 from . import explain, host_keys, restore
 from .context import PrecompileWarning, SaveReport, complete_backends, save_context, stitch
-from .entries import REF_PREFIX, entry_ref, fetch_entry, find_entry, lookup_refs, put_entry
+from .entries import REF_PREFIX, entry_ref, fetch_entry, find_entry, find_lineage_entries, lookup_refs, put_entry
 from .paths import default_store_path
 from .protocols import ReadStore, WriteStore
 
@@ -176,6 +176,17 @@ class StoreDynamoCache(tc.DynamoStore):
         except Exception as e:  # an unreadable ref is an error, not a miss
             self._load_failed(key, e, fn)
             return None
+        if found is None and tc.outside_wrapper():
+            # torch files one package per function, so its by-hand
+            # `DynamoCache.load_and_install_package(fn)` finds what a wrapper
+            # of any backend saved: here, the one lineage stored for `fn`.
+            lineages = find_lineage_entries(self.store, key)
+            if len(lineages) > 1:
+                self._lineage_unknown(fn, key, len(lineages))
+                return None
+            if lineages:
+                found = lineages[0]
+                key = found[0].rsplit("/", 1)[1]
         if found is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             tc.note_miss(key, fn)
@@ -217,6 +228,19 @@ class StoreDynamoCache(tc.DynamoStore):
             # Recency feeds size-capped eviction; a read-only store skips it.
             self.writable.touch_ref(name)
         return entry
+
+    def _lineage_unknown(self, fn: Callable[..., Any], key: str, count: int) -> None:
+        """A load outside every wrapper where `count` lineages of `fn` are
+        stored: which wrapper's graphs to install is not the store's to guess."""
+        tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
+        explain.miss(
+            "key_mismatch",
+            key,
+            f"stored under {count} torch.compile wrappers of this function (backends, modes or options); "
+            "a load outside a wrapper cannot tell which to install",
+            fn=fn,
+            factors=["lineage"],
+        )
 
     def _load_failed(self, key: str, error: BaseException, fn: Callable[..., Any] | None = None) -> None:
         tc.counters["dynamo_cache"]["dynamo_cache_error"] += 1

@@ -159,6 +159,21 @@ def find_entry(store: ReadStore, key: str) -> tuple[str, str] | None:
     return None
 
 
+def find_lineage_entries(store: ReadStore, key: str) -> list[tuple[str, str]]:
+    """(ref name, entry digest) of every wrapper lineage of `key` (torch's
+    key of a function) this process loads, in the best environment that
+    holds any: the entries filed as `<key>-<tag>` (see `_torch.lineages`)."""
+    for name in lookup_refs(key):
+        found = []
+        for ref in sorted(store.refs(f"{name}-")):
+            digest = store.get_ref(ref)
+            if digest is not None:
+                found.append((ref, digest))
+        if found:
+            return found
+    return []
+
+
 def _bundled_fx(artifact: Any) -> bool:
     if type(artifact) is not BundledAOTAutogradCacheArtifact:
         return False

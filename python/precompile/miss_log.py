@@ -172,6 +172,7 @@ _HELD_FOR = {
     "source": "other source",
     "line": "another line of its file",
     "file": "another source file path",
+    "lineage": "another torch.compile wrapper",
 }
 
 

@@ -184,3 +184,52 @@ def test_an_entry_that_does_not_serialize_is_skipped_and_the_rest_saved(store: P
     reset()
     with torch.compiler.set_stance("fail_on_recompile"):
         torch.testing.assert_close(torch.compile(sin_cos)(x), sin_cos(x))
+
+
+def test_a_package_any_wrapper_saved_loads_by_hand(store: Path) -> None:
+    """torch files one package per function, so its `DynamoCache.load_and_install_package(fn)`,
+    called by hand, finds what a wrapper of a non-default backend saved (the
+    store files that under the wrapper's lineage); the wrappers' next calls
+    are served by what it installed, without a compile."""
+    from torch._dynamo.package import CompilePackage
+
+    sin_cos, cos_plus, _ = functions()
+    a, b = torch.randn(3, 2), torch.randn(5, 2)
+    first, second = CompilePackage(sin_cos), CompilePackage(cos_plus)
+    compiled = [
+        torch._dynamo.optimize(backend="inductor", package=first)(sin_cos),
+        torch._dynamo.optimize(backend="inductor", package=second)(cos_plus),
+    ]
+    expected = [compiled[0](a), compiled[1](b)]
+    DynamoCache.save(first)
+    DynamoCache.save(second)
+    frames = convert_frame.FRAME_COUNTER
+    info = PrecompileContext.save_to_dynamo_cache()
+    assert (len(info["dynamo"]), len(info["backends"])) == (2, 2)
+    reset()
+
+    assert DynamoCache.load_and_install_package(sin_cos) is not None
+    assert DynamoCache.load_and_install_package(cos_plus) is not None
+    with torch.compiler.set_stance("fail_on_recompile"):
+        got = [compiled[0](a), compiled[1](b)]
+    torch.testing.assert_close(got, expected)
+    assert frames == convert_frame.FRAME_COUNTER
+    assert counters["dynamo_cache"]["dynamo_cache_hit"] == 2
+
+
+def test_a_load_by_hand_between_two_stored_lineages_is_a_named_miss(store: Path) -> None:
+    """Two wrappers of one function, neither the default, each stored: a
+    load outside both cannot tell whose graphs to install, and says so."""
+    sin_cos, _, _ = functions()
+    x = torch.randn(4, 3)
+    torch.compile(sin_cos, dynamic=True)(x)
+    torch.compile(sin_cos, options={"epilogue_fusion": False})(x)
+    PrecompileContext.save_to_dynamo_cache()
+    reset()
+
+    with pytest.warns(precompile.PrecompileWarning, match="stored under 2 torch.compile wrappers"):
+        assert DynamoCache.load_and_install_package(sin_cos) is None
+    assert counters["precompile"]["miss_key_mismatch"] == 1
+    # Each wrapper still loads its own.
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(sin_cos, dynamic=True)(x), sin_cos(x))

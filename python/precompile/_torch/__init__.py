@@ -103,7 +103,7 @@ from .kernels import (
     register_library,
     triton_cache_dir,
 )
-from .lineages import lineage_key, loading_key, package_key, source_id_of_key, wrapper_lineages
+from .lineages import lineage_key, loading_key, outside_wrapper, package_key, source_id_of_key, wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
 from .own_frames import own_frames_skipped
@@ -230,6 +230,7 @@ __all__ = [
     "lineage_key",
     "loading_key",
     "lookup_deferred",
+    "outside_wrapper",
     "package_key",
     "source_id_of_key",
     "wrapper_lineages",

@@ -46,8 +46,10 @@ from .patch import _Patch
 
 log = logging.getLogger(__name__)
 
-# The lineage of the wrapper whose `__call__` is loading an entry now.
-_loading_tag: contextvars.ContextVar[str] = contextvars.ContextVar("precompile_lineage", default="")
+# The lineage of the wrapper whose `__call__` is loading an entry now; None
+# outside every wrapper (torch's `DynamoCache.load_and_install_package(fn)`
+# called by hand, as torch's own tests do).
+_loading_tag: contextvars.ContextVar[str | None] = contextvars.ContextVar("precompile_lineage", default=None)
 
 
 def describe_backend(backend: Any) -> str:
@@ -146,7 +148,7 @@ class _WrapperLineages(_Patch):
     @staticmethod
     def loading_tag() -> str:
         """The lineage tag of the wrapper loading an entry now ("" outside one)."""
-        return _loading_tag.get()
+        return _loading_tag.get() or ""
 
     def _apply(self) -> None:
         context_cls = eval_frame._TorchDynamoContext
@@ -203,15 +205,21 @@ class _WrapperLineages(_Patch):
         finally:
             c_eval_frame._load_precompile_entry = original
             own = _own_code(package)
+            # torch's install empties the function's own code's pool first.
+            codes = [code for code, _, _ in loaded] + ([own] if own is not None else [])
+            by_hand = outside_wrapper()
             with self._lock:
                 self._settled = None
                 self._loaded[package] = loaded
                 ref = weakref.ref(package)
-                # torch's install empties the function's own code's pool first.
-                if own is not None:
-                    self._owner[own] = ref
-                for code, _, _ in loaded:
-                    self._owner[code] = ref
+                for code in codes:
+                    if by_hand:
+                        # Installed outside every wrapper: as in torch, the
+                        # pool serves whichever wrapper calls the code next,
+                        # and no wrapper's entering swaps it for its own.
+                        self._owner.pop(code, None)
+                    else:
+                        self._owner[code] = ref
 
     def _entering(self, package_ref: weakref.ref[Any]) -> Callable[[], None]:
         """On entering a wrapper: its loaded variants are the ones its codes hold."""
@@ -274,5 +282,12 @@ def package_key(package: Any) -> str:
 
 
 def loading_key(fn: Callable[..., Any]) -> str:
-    """The entry key `fn` is looked up under by the wrapper loading it now."""
-    return lineage_key(CompilePackage.source_id_from_fn(fn), _loading_tag.get())
+    """The entry key `fn` is looked up under by the wrapper loading it now
+    (torch's own key outside every wrapper)."""
+    return lineage_key(CompilePackage.source_id_from_fn(fn), _loading_tag.get() or "")
+
+
+def outside_wrapper() -> bool:
+    """Whether the load or install running now was called outside every
+    `torch.compile` wrapper: by hand, through torch's `DynamoCache` API."""
+    return _loading_tag.get() is None

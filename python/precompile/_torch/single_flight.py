@@ -90,7 +90,7 @@ def note_miss(key: str, fn: Any) -> None:
     it may wait on its first call."""
     misses = _misses.get()
     if misses is not None:
-        misses.append((key, _loading_tag.get(), fn))
+        misses.append((key, _loading_tag.get() or "", fn))
 
 
 class _Settings:
