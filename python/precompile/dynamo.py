@@ -185,8 +185,7 @@ class StoreDynamoCache(tc.DynamoStore):
                 self._lineage_unknown(fn, key, len(lineages))
                 return None
             if lineages:
-                found = lineages[0]
-                key = found[0].rsplit("/", 1)[1]
+                ((key, found),) = lineages.items()
         if found is None:
             tc.counters["dynamo_cache"]["dynamo_cache_miss"] += 1
             tc.note_miss(key, fn)

@@ -159,19 +159,19 @@ def find_entry(store: ReadStore, key: str) -> tuple[str, str] | None:
     return None
 
 
-def find_lineage_entries(store: ReadStore, key: str) -> list[tuple[str, str]]:
-    """(ref name, entry digest) of every wrapper lineage of `key` (torch's
-    key of a function) this process loads, in the best environment that
-    holds any: the entries filed as `<key>-<tag>` (see `_torch.lineages`)."""
+def find_lineage_entries(store: ReadStore, key: str) -> dict[str, tuple[str, str]]:
+    """Every wrapper lineage of `key` (torch's key of a function) this process
+    loads, in the best environment that holds any: lineage key (`<key>-<tag>`,
+    see `_torch.lineages`) -> (ref name, entry digest), as `find_entry` gives."""
     for name in lookup_refs(key):
-        found = []
+        found = {}
         for ref in sorted(store.refs(f"{name}-")):
             digest = store.get_ref(ref)
             if digest is not None:
-                found.append((ref, digest))
+                found[key + ref[len(name) :]] = (ref, digest)
         if found:
             return found
-    return []
+    return {}
 
 
 def _bundled_fx(artifact: Any) -> bool:

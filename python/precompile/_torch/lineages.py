@@ -145,11 +145,6 @@ class _WrapperLineages(_Patch):
         with self._lock:
             return self._tags.get(package, "")
 
-    @staticmethod
-    def loading_tag() -> str:
-        """The lineage tag of the wrapper loading an entry now ("" outside one)."""
-        return _loading_tag.get() or ""
-
     def _apply(self) -> None:
         context_cls = eval_frame._TorchDynamoContext
         if "__call__" not in vars(context_cls) or not hasattr(c_eval_frame, "_load_precompile_entry"):
@@ -284,7 +279,12 @@ def package_key(package: Any) -> str:
 def loading_key(fn: Callable[..., Any]) -> str:
     """The entry key `fn` is looked up under by the wrapper loading it now
     (torch's own key outside every wrapper)."""
-    return lineage_key(CompilePackage.source_id_from_fn(fn), _loading_tag.get() or "")
+    return lineage_key(CompilePackage.source_id_from_fn(fn), loading_tag())
+
+
+def loading_tag() -> str:
+    """The lineage tag of the wrapper loading an entry now ("" outside every one)."""
+    return _loading_tag.get() or ""
 
 
 def outside_wrapper() -> bool:

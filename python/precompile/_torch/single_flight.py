@@ -17,7 +17,7 @@ from torch._dynamo import eval_frame
 from ..compile_lock import CompileLock
 from .class_body import install_loaded, lazy_package_call
 from .classes import counters
-from .lineages import _loading_tag
+from .lineages import _loading_tag, loading_tag
 from .patch import _Patch
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ def note_miss(key: str, fn: Any) -> None:
     it may wait on its first call."""
     misses = _misses.get()
     if misses is not None:
-        misses.append((key, _loading_tag.get() or "", fn))
+        misses.append((key, loading_tag(), fn))
 
 
 class _Settings:
