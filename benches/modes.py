@@ -98,23 +98,33 @@ def measure(store: str, case: str, device: str, root: Path) -> dict:
     return {"cold": cold, "fresh": fresh}
 
 
-def _cell(result: dict) -> tuple[str, str, str]:
+def _cell(result: dict) -> tuple[str, str, str, str]:
     if "crashed" in result:
-        return "crashed", "-", "-"
+        return "crashed", "-", "-", "-"
     graphs = _graphs_compiled(result["counters"])
-    return f"{result['seconds']:.2f}", str(graphs), str(result["compiler_runs"])
+    # Launch configs Triton's coordinate descent benchmarked (max-autotune on a GPU).
+    tuned = result["counters"].get("inductor", {}).get("coordesc_tuning_bench", 0)
+    return f"{result['seconds']:.2f}", str(graphs), str(result["compiler_runs"]), str(tuned)
 
 
 def print_table(results: dict[str, dict[str, dict]], device: str) -> None:
-    print(f"\nFresh host, {device}: seconds of compile + the case's calls; graphs compiled; compiler runs")
-    header = f"{'case':28} {'cold s':>8} | {'torch s':>8} {'graphs':>6} {'cc':>4} | {'precompile s':>12} {'graphs':>6} {'cc':>4}"
+    print(
+        f"\nFresh host, {device}: seconds of compile + the case's calls; graphs compiled; compiler runs;"
+        " launch configs tuned"
+    )
+    header = (
+        f"{'case':28} {'cold s':>8} | {'torch s':>8} {'graphs':>6} {'cc':>4} {'tuned':>5}"
+        f" | {'precompile s':>12} {'graphs':>6} {'cc':>4} {'tuned':>5}"
+    )
     print(header)
     print("-" * len(header))
     for case, by_store in results.items():
         cold = _cell(by_store["precompile"]["cold"])[0]
         t = _cell(by_store["torch"]["fresh"])
         p = _cell(by_store["precompile"]["fresh"])
-        print(f"{case:28} {cold:>8} | {t[0]:>8} {t[1]:>6} {t[2]:>4} | {p[0]:>12} {p[1]:>6} {p[2]:>4}")
+        print(
+            f"{case:28} {cold:>8} | {t[0]:>8} {t[1]:>6} {t[2]:>4} {t[3]:>5} | {p[0]:>12} {p[1]:>6} {p[2]:>4} {p[3]:>5}"
+        )
 
 
 def main() -> None:

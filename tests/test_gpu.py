@@ -97,6 +97,27 @@ def test_cuda_autotuning_results_travel_and_a_fresh_host_benchmarks_nothing(tmp_
     assert len(placed) >= len(tuned), placed
 
 
+def test_cuda_coordinate_descent_winners_load_without_tuning_or_compiling(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    a = run_scenario("cuda_coordesc", "compile", store, tmp_path)
+    assert counter(a, "inductor", "coordesc_tuning_bench") > 0, a["counters"]
+    b = run_scenario("cuda_coordesc", "load", store, tmp_path)
+    # The winners the compiling host launched, so bit-identical outputs.
+    for x, y in zip(a["outputs"], b["outputs"], strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+    assert counter(b, "inductor", "coordesc_tuning_bench") == 0, b["counters"]
+    assert counter(b, "precompile", "coordesc_winners_loaded") >= 1, b["counters"]
+    assert counter(b, "inductor", "fxgraph_cache_miss") == 0, b["counters"]
+    # Nothing compiled: every binary in the fresh host's Triton cache came from the store.
+    s = precompile.Store(str(store))
+    stubs = {d for entry in a["report"]["entries"].values() for d, _, _ in s.get_manifest(entry)[1]["triton_stubs"]}
+    kernels = {kernel["hash"] for graph in _stored_graphs(store, a["report"]["entries"]) for kernel in graph["triton"]}
+    stored = stubs | kernels
+    present = set(os.listdir(tmp_path / "load" / "triton"))
+    assert present and present <= stored, sorted(present - stored)
+    assert b["compiler_runs"] == []
+
+
 def test_cuda_identical_kernels_are_stored_once(tmp_path: Path) -> None:
     a = run_scenario("cuda_shared", "compile", tmp_path / "store", tmp_path)
     assert a["report"]["backends"] == 2

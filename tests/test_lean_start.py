@@ -84,7 +84,13 @@ def test_a_served_warm_start_imports_no_compiler(served: dict[str, Any]) -> None
 
 def test_triton_runtime_patches_wait_for_its_import(served: dict[str, Any]) -> None:
     # Not imported at install (above); patched once imported; put back at uninstall.
-    ours = {"autotune_to_one_config": "autotune_reuse.py", "maybe_clone_args": "lean_imports.py"}
+    ours = {
+        "autotune_to_one_config": "autotune_reuse.py",
+        "maybe_clone_args": "lean_imports.py",
+        "coordinate_descent_tuning": "coordesc.py",
+        "_precompile_config": "coordesc.py",
+        "recheck_autotune_cache": "coordesc.py",
+    }
     assert served["triton_runtime_patched_by"] == ours
     assert served["triton_runtime_after_uninstall"] == dict.fromkeys(ours, "triton_heuristics.py")
 

@@ -49,6 +49,7 @@ from ._torch import (
     register_library,
     set_triton_bundle,
     triton_bundle,
+    with_coordesc_winners,
 )
 from .protocols import BatchRead, ReadStore, WriteStore
 from .schema import (
@@ -204,7 +205,8 @@ class StoredGraph:
         cache_dir = inductor_cache_dir()
         bundle = triton_bundle(graph)
         if bundle is not None:
-            bundle = picklable_triton_bundle(bundle)
+            # Winners of tuning at first launch ran after torch collected the bundle.
+            bundle = with_coordesc_winners(picklable_triton_bundle(bundle))
             for kernel in bundle.kernel_artifacts:
                 files = []
                 for artifact in kernel.artifacts:

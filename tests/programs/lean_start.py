@@ -136,7 +136,13 @@ else:
             def patched_by() -> dict[str, str]:
                 # The file each method's code is in (a wrapper keeps torch's name and module).
                 methods = vars(triton_heuristics.CachingAutotuner)
-                names = ("autotune_to_one_config", "maybe_clone_args")
+                names = (
+                    "autotune_to_one_config",
+                    "maybe_clone_args",
+                    "coordinate_descent_tuning",
+                    "_precompile_config",
+                    "recheck_autotune_cache",
+                )
                 return {name: os.path.basename(methods[name].__code__.co_filename) for name in names}
 
             out["triton_runtime_patched_by"] = patched_by()

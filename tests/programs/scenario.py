@@ -221,10 +221,25 @@ def cuda_reductions():
     return [o.cpu() for o in torch.compile(_reductions)(x, y)]
 
 
+def _scaled(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return torch.softmax(x, -1), torch.nn.functional.gelu(y) * 2 + 1, y.sum(0)
+
+
+def cuda_coordesc():
+    # Coordinate descent (on under max-autotune) tunes each kernel's launch
+    # config at its first launch, after the graph's bundle was collected:
+    # a reduction with several candidates, a pointwise kernel with one.
+    x = torch.randn(256, 32768, device="cuda")
+    y = torch.randn(2048, 4096, device="cuda")
+    fn = torch.compile(_scaled, options={"coordinate_descent_tuning": True})
+    return [o.cpu() for o in fn(x, y)]
+
+
 SCENARIOS = {
     "breaks": breaks,
     "cuda_then_cpu": cuda_then_cpu,
     "cuda_breaks": cuda_breaks,
+    "cuda_coordesc": cuda_coordesc,
     "cuda_reductions": cuda_reductions,
     "cuda_shared": cuda_shared,
     "cuda_transformer": cuda_transformer,

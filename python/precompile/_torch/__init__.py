@@ -33,6 +33,8 @@ from .classes import (
     _DynamoCacheEntry,
     counters,
 )
+from .coordesc import coordesc_winners
+from .coordesc import with_winners as with_coordesc_winners
 from .ddp_frames import ddp_optimizer_frames
 from .dynamo_cache import (
     bypassed_copy,
@@ -147,6 +149,7 @@ __all__ = [
     "BackwardFailure",
     "BundledAOTAutogradCacheArtifact",
     "BundledAOTAutogradResult",
+    "coordesc_winners",
     "bypassed_copy",
     "caches_disabled",
     "check_torch_version",
@@ -258,4 +261,5 @@ __all__ = [
     "unbuildable_guards",
     "unnamed_frames",
     "unpickle_guards_state",
+    "with_coordesc_winners",
 ]

@@ -153,7 +153,8 @@ class _AutotuneCapture(_Patch):
             paths = sorted(self._paths.get(kernel_hash, ()))
         return [p for p in paths if os.path.isfile(p)]
 
-    def _note(self, cache: Any, kernel_hash: Any) -> None:
+    def note(self, cache: Any, kernel_hash: Any) -> None:
+        """Record `cache`'s result file under the Triton binary `kernel_hash`."""
         local = getattr(cache, "local_cache", None)
         if isinstance(kernel_hash, str) and isinstance(local, tuple) and len(local) == 2 and isinstance(local[1], str):
             with self._lock:
@@ -174,14 +175,14 @@ class _AutotuneCapture(_Patch):
         def save_result(cache: Any, config: Any, time_taken_ns: Any, *args: Any, **kwargs: Any) -> Any:
             result = save(cache, config, time_taken_ns, *args, **kwargs)
             # save(config, time_taken_ns, found_by_coordesc=False, triton_cache_hash=None)
-            capture._note(cache, kwargs.get("triton_cache_hash", args[1] if len(args) > 1 else None))
+            capture.note(cache, kwargs.get("triton_cache_hash", args[1] if len(args) > 1 else None))
             return result
 
         @functools.wraps(read)
         def read_result(cache: Any) -> Any:
             best = read(cache)
             if isinstance(best, dict):
-                capture._note(cache, best.get("triton_cache_hash"))
+                capture.note(cache, best.get("triton_cache_hash"))
             return best
 
         self._replace(AutotuneCache, "save", save_result)

@@ -21,6 +21,7 @@ from .aliases import module_alias_recorder, object_aliases
 from .autotune_reuse import autotune_reuse
 from .backward import pending_backwards
 from .class_body import class_body_methods
+from .coordesc import coordesc_winners
 from .ddp_frames import ddp_optimizer_frames
 from .dynamo_cache import save_to_dynamo_cache
 from .frames import comprehension_functions, device_type_union, source_pickling, unbound_global_names, unnamed_frames
@@ -59,6 +60,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("marked_probe_lookup", marked_probe_lookup),
     ("autotune_capture", autotune_capture),
     ("autotune_reuse", autotune_reuse),
+    ("coordesc_winners", coordesc_winners),
     ("guard_evaluation", guard_evaluation),
     ("backend_capture", backend_capture),
     ("pending_backwards", pending_backwards),

@@ -1,0 +1,312 @@
+"""Coordinate descent's winners: kept where a kernel was tuned, stored with its graph, launched at load as they are."""
+
+from __future__ import annotations
+
+import contextvars
+import copy
+import dataclasses
+import functools
+import importlib.util
+import os
+import threading
+import types
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from torch._dynamo.utils import counters
+
+from .kernels import TRITON_REPLACE_BYTES, autotune_capture
+from .patch import _Patch
+
+_TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
+
+# The attribute a stored static autotuner's kernel carries its winner in:
+# `(config, compile result or None)`. None: the winner is one of the kernel's
+# own compile results (coordinate descent kept a candidate). Documented in
+# docs/FORMAT.md (`static_autotuners`).
+WINNER_ATTR = "_precompile_coordesc_winner"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Winner:
+    config: Any
+    # The compile result tuning made for `config`; None where tuning kept a
+    # config it did not compile (the one it started from).
+    result: Any | None
+
+
+class _CoordescWinners(_Patch):
+    """A kernel tuned by coordinate descent loads its winner's binary instead of compiling or tuning again.
+
+    Under `mode="max-autotune"` on a GPU (`coordinate_descent_tuning`), a
+    Triton kernel's first launch searches launch configs around its
+    autotuning winner, compiling each one it tries, and writes the winner
+    to the kernel's `.best_config` marked `found_by_coordesc`. That happens
+    after the graph's Triton bundle was collected, so the bundle holds
+    neither the winner's binary nor its compile result. A process loading
+    the graph from torch's caches then compiles the winner again
+    (`slow_precompile_config`: Triton's compiler at the first call), and
+    torch 2.11 reads a stored winner only for a kernel with several
+    candidates and marks none as found by coordinate descent, so it tunes
+    those kernels again at their first launch, benchmarking dozens of
+    configs and possibly picking another.
+
+    While installed, the winner each tuning picks is kept with the compile
+    result tuning made for it (`coordinate_descent_tuning`,
+    `_precompile_config`). A save (`with_winners`) stores it beside the
+    graph's static autotuner, with its binary and its `.best_config`. At
+    load, `recheck_autotune_cache` asks torch's reader
+    (`check_autotune_cache`) which result this host has for the kernel;
+    when it is a coordinate-descent winner the entry carries, that compile
+    result is the kernel's one launcher, marked found by coordinate descent,
+    and nothing compiles or tunes. Anything else (no result, another result,
+    a binary that cannot be placed) is torch's own path.
+
+    Torch versions: 2.11 and newer.
+    Steps aside: replaces nothing where `CachingAutotuner` lacks
+    `coordinate_descent_tuning`, `_precompile_config` or
+    `recheck_autotune_cache`, or the module lacks `check_autotune_cache` or
+    `triton_config_to_hashable`. Waits for `triton_heuristics` to be
+    imported, as `autotune_reuse` does.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        # kernel source file -> its last winner in this process
+        self._by_source: dict[str, _Winner] = {}
+        # (kernel being tuned, config key -> compile result) while it tunes
+        self._tuning: contextvars.ContextVar[tuple[Any, dict[Hashable, Any]] | None] = contextvars.ContextVar(
+            "precompile_coordesc_tuning", default=None
+        )
+        self._to_hashable: Callable[[Any], Hashable] | None = None
+
+    def _stopped(self) -> None:
+        with self._lock:
+            self._by_source.clear()
+
+    def winner_for(self, filename: Any) -> _Winner | None:
+        if not isinstance(filename, str):
+            return None
+        with self._lock:
+            return self._by_source.get(filename)
+
+    def _apply(self) -> None:
+        if importlib.util.find_spec(_TRITON_HEURISTICS) is None:
+            return
+        self._after_import(_TRITON_HEURISTICS, self._patch)
+
+    def _patch(self, th: types.ModuleType) -> None:
+        autotuner = getattr(th, "CachingAutotuner", None)
+        owned = {} if autotuner is None else vars(autotuner)
+        tune = owned.get("coordinate_descent_tuning")
+        precompile_config = owned.get("_precompile_config")
+        recheck = owned.get("recheck_autotune_cache")
+        check = getattr(th, "check_autotune_cache", None)
+        to_hashable = getattr(th, "triton_config_to_hashable", None)
+        if not all(callable(f) for f in (tune, precompile_config, recheck, check, to_hashable)):
+            return
+        assert tune is not None and precompile_config is not None and recheck is not None
+        assert check is not None and to_hashable is not None
+        self._to_hashable = to_hashable
+        capture = self
+
+        @functools.wraps(precompile_config)
+        def _precompile_config(kernel: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
+            result = precompile_config(kernel, cfg, *args, **kwargs)
+            tuning = capture._tuning.get()
+            if tuning is not None and tuning[0] is kernel:
+                tuning[1][to_hashable(cfg)] = result
+            return result
+
+        @functools.wraps(tune)
+        def coordinate_descent_tuning(kernel: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+            made: dict[Hashable, Any] = {}
+            token = capture._tuning.set((kernel, made))
+            try:
+                winner = tune(kernel, launcher, *args, **kwargs)
+            finally:
+                capture._tuning.reset(token)
+            capture._record(kernel, winner, made)
+            return winner
+
+        @functools.wraps(recheck)
+        def recheck_autotune_cache(kernel: Any, reload_kernel_from_src: Callable[[], Any]) -> Any:
+            stored = kernel.__dict__.pop(WINNER_ATTR, None)
+            chosen = None if stored is None else _stored_winner(kernel, stored, check, to_hashable)
+            if chosen is None:
+                return recheck(kernel, reload_kernel_from_src)
+            key = to_hashable(chosen.config)
+
+            def serve_winner(cfg: Any, *args: Any, **kwargs: Any) -> Any:
+                if to_hashable(cfg) == key:
+                    return chosen
+                if getattr(getattr(kernel, "fn", None), "fn", None) is None:
+                    kernel.fn = reload_kernel_from_src().fn
+                return type(kernel)._precompile_config(kernel, cfg, *args, **kwargs)
+
+            # torch's own recheck keeps its bookkeeping (`autotune_cache_info`);
+            # where it would compile the winner, it gets the stored binary.
+            kernel._precompile_config = serve_winner
+            try:
+                recheck(kernel, lambda: kernel)
+            finally:
+                kernel.__dict__.pop("_precompile_config", None)
+            # torch 2.11 reads a result only among several candidates and
+            # leaves the kept config unmarked, so it would tune again.
+            kernel.compile_results = [chosen]
+            chosen.config.found_by_coordesc = True
+            counters["precompile"]["coordesc_winners_loaded"] += 1
+            return None
+
+        self._replace(autotuner, "_precompile_config", _precompile_config)
+        self._replace(autotuner, "coordinate_descent_tuning", coordinate_descent_tuning)
+        self._replace(autotuner, "recheck_autotune_cache", recheck_autotune_cache)
+
+    def _record(self, kernel: Any, winner: Any, made: dict[Hashable, Any]) -> None:
+        config = getattr(winner, "config", None)
+        filename = getattr(kernel, "filename", None)
+        to_hashable = self._to_hashable
+        if not (getattr(config, "found_by_coordesc", False) and isinstance(filename, str) and to_hashable):
+            return
+        with self._lock:
+            self._by_source[filename] = _Winner(config, made.get(to_hashable(config)))
+        # Tuning wrote its winner over the kernel's `.best_config` without
+        # naming a binary; noted under the winner's, a save carries it.
+        cache = getattr(getattr(kernel, "save_cache_hook", None), "__self__", None)
+        binary = getattr(winner, "cache_hash", None)
+        if cache is not None and isinstance(binary, str):
+            autotune_capture.note(cache, binary)
+
+    def stash(self, kernel: Any) -> tuple[Any, Any] | None:
+        """What a stored copy of `kernel` carries in `WINNER_ATTR`, or None."""
+        found = self.winner_for(getattr(kernel, "filename", None))
+        to_hashable = self._to_hashable
+        results = list(getattr(kernel, "compile_results", None) or ())
+        if found is None or to_hashable is None or not results:
+            return None
+        key = to_hashable(found.config)
+        if any(to_hashable(r.config) == key for r in results):
+            return (found.config, None)
+        # Stored with its kernel's other compile results, it must launch the
+        # same way (statically, from a binary torch's bundle format carries).
+        if found.result is None or any(type(r) is not type(found.result) for r in results):
+            return None
+        return (found.config, _picklable_result(found.result))
+
+
+coordesc_winners = _CoordescWinners()
+
+
+def _picklable_result(result: Any) -> Any:
+    """A copy of a statically launched compile result without its loaded binary.
+
+    The kernel object pickles without its driver handle and cubin path
+    (`__getstate__`); its raw cubin is dropped too, as torch does for the
+    results it caches: the binary travels in the bundle's kernel files.
+    """
+    clean = copy.copy(result)
+    kernel = getattr(result, "kernel", None)
+    if kernel is not None:
+        kernel = copy.copy(kernel)
+        if hasattr(kernel, "cubin_raw"):
+            kernel.cubin_raw = None
+        clean.kernel = kernel
+    return clean
+
+
+def _stored_winner(kernel: Any, stored: Any, check: Any, to_hashable: Callable[[Any], Hashable]) -> Any:
+    """The compile result to launch for `kernel`'s stored winner, or None.
+
+    Only when torch's reader, on this host's result file, names exactly that
+    winner, found by coordinate descent; a winner compiled in tuning must
+    have its binary in place (`reload_cubin_path`).
+    """
+    if not (isinstance(stored, tuple) and len(stored) == 2):
+        return None
+    config, result = stored
+    results = list(getattr(kernel, "compile_results", None) or ())
+    filename = getattr(kernel, "filename", None)
+    if not results or not filename:
+        return None
+    try:
+        found, _, _ = check([r.config for r in results], filename, kernel.inductor_meta)
+        key = to_hashable(config)
+        if len(found) != 1 or not getattr(found[0], "found_by_coordesc", False) or to_hashable(found[0]) != key:
+            return None
+        if result is None:
+            matches = [r for r in results if to_hashable(r.config) == key]
+            return matches[0] if len(matches) == 1 else None
+        if to_hashable(result.config) != key:
+            return None
+        result.reload_cubin_path()
+    except Exception:  # an unreadable result or a missing binary: torch's path
+        return None
+    return result
+
+
+def with_winners(bundle: Any) -> Any:
+    """`bundle` with the coordinate-descent winners this process found for its static autotuners.
+
+    Each such autotuner is a copy whose kernel carries `WINNER_ATTR`; a
+    winner compiled in tuning adds its binary's files (from Triton's cache
+    dir, as torch's bundler collects them) to the bundle's kernels.
+    """
+    autotuners = list(getattr(bundle, "static_autotuners", None) or ())
+    if not autotuners:
+        return bundle
+    kernels = list(bundle.kernel_artifacts)
+    have = {k.kernel_hash for k in kernels}
+    out = []
+    changed = False
+    for autotuner in autotuners:
+        kernel = getattr(autotuner, "kernel", None)
+        stash = coordesc_winners.stash(kernel) if kernel is not None else None
+        if stash is not None and stash[1] is not None:
+            files = _binary_files(stash[1])
+            if files is None:
+                stash = None
+            elif files.kernel_hash not in have:
+                have.add(files.kernel_hash)
+                kernels.append(files)
+        if stash is None:
+            out.append(autotuner)
+            continue
+        copied = object.__new__(type(kernel))
+        copied.__dict__.update(vars(kernel))
+        setattr(copied, WINNER_ATTR, stash)
+        out.append(dataclasses.replace(autotuner, kernel=copied))
+        changed = True
+    if not changed:
+        return bundle
+    return dataclasses.replace(bundle, kernel_artifacts=kernels, static_autotuners=out)
+
+
+def _binary_files(result: Any) -> Any:
+    """The `TritonKernelArtifacts` of a compile result's binary, read from
+    Triton's cache dir as torch's bundler reads them; None if it is not there."""
+    from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
+    from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
+    from torch._inductor.triton_bundler import TritonKernelArtifact, TritonKernelArtifacts
+
+    binary_hash = getattr(getattr(result, "kernel", None), "hash", None)
+    device = (getattr(result, "compile_meta", None) or {}).get("device", 0)
+    if not isinstance(binary_hash, str) or not isinstance(device, int):
+        return None
+    key = triton_hash_to_path_key(binary_hash)
+    path = os.path.join(triton_cache_dir(device), key)
+    artifacts = []
+    try:
+        for name in sorted(os.listdir(path)):
+            with open(os.path.join(path, name), "rb") as f:
+                payload = f.read()
+            if name.endswith(".json"):
+                # torch's bundler writes the kernel's dir as a placeholder,
+                # replaced by the loading host's dir when it writes the files.
+                if TRITON_REPLACE_BYTES in payload:
+                    return None
+                payload = payload.replace(path.encode(), TRITON_REPLACE_BYTES)
+            artifacts.append(TritonKernelArtifact(name, payload))
+    except OSError:
+        return None
+    return TritonKernelArtifacts(key, device, artifacts) if artifacts else None
