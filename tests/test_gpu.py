@@ -101,6 +101,7 @@ def test_cuda_coordinate_descent_winners_load_without_tuning_or_compiling(tmp_pa
     store = tmp_path / "store"
     a = run_scenario("cuda_coordesc", "compile", store, tmp_path)
     assert counter(a, "inductor", "coordesc_tuning_bench") > 0, a["counters"]
+    assert counter(a, "precompile", "coordesc_winners_unstorable") == 0, a["counters"]
     b = run_scenario("cuda_coordesc", "load", store, tmp_path)
     # The winners the compiling host launched, so bit-identical outputs.
     for x, y in zip(a["outputs"], b["outputs"], strict=True):

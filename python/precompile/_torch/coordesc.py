@@ -147,9 +147,14 @@ class _CoordescWinners(_Patch):
 
             # torch's own recheck keeps its bookkeeping (`autotune_cache_info`);
             # where it would compile the winner, it gets the stored binary.
+            candidates = list(kernel.compile_results)
             kernel._precompile_config = serve_winner
             try:
                 recheck(kernel, lambda: kernel)
+            except Exception:  # a torch that rechecks another way: its own path, from the start
+                kernel.compile_results = candidates
+                kernel.__dict__.pop("_precompile_config", None)
+                return recheck(kernel, reload_kernel_from_src)
             finally:
                 kernel.__dict__.pop("_precompile_config", None)
             # torch 2.11 reads a result only among several candidates and
@@ -261,10 +266,15 @@ def with_winners(bundle: Any) -> Any:
     changed = False
     for autotuner in autotuners:
         kernel = getattr(autotuner, "kernel", None)
-        stash = coordesc_winners.stash(kernel) if kernel is not None else None
+        try:
+            stash = coordesc_winners.stash(kernel) if kernel is not None else None
+            files = None if stash is None or stash[1] is None else _binary_files(stash[1])
+        except Exception:  # a winner torch keeps another way: the graph is stored without it, as torch stores it
+            counters["precompile"]["coordesc_winners_unstorable"] += 1
+            stash = files = None
         if stash is not None and stash[1] is not None:
-            files = _binary_files(stash[1])
             if files is None:
+                counters["precompile"]["coordesc_winners_unstorable"] += 1
                 stash = None
             elif files.kernel_hash not in have:
                 have.add(files.kernel_hash)
