@@ -15,7 +15,7 @@ from typing import Any
 
 from torch._dynamo.utils import counters
 
-from .kernels import TRITON_REPLACE_BYTES, autotune_capture
+from .kernels import TRITON_REPLACE_BYTES, autotune_capture, with_kernel_attrs
 from .patch import _Patch
 
 _TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
@@ -56,10 +56,11 @@ class _CoordescWinners(_Patch):
     `_precompile_config`). A save (`with_winners`) stores it beside the
     graph's static autotuner, with its binary and its `.best_config`. At
     load, `recheck_autotune_cache` asks torch's reader
-    (`check_autotune_cache`) which result this host has for the kernel;
-    when it is a coordinate-descent winner the entry carries, that compile
-    result is the kernel's one launcher, marked found by coordinate descent,
-    and nothing compiles or tunes. Anything else (no result, another result,
+    (`check_autotune_cache`, read once) which result this host has for the
+    kernel; when it is a coordinate-descent winner the entry carries, that
+    compile result is the kernel's one launcher, marked found by coordinate
+    descent, with torch's `autotune_cache_info`, and nothing compiles or
+    tunes. Anything else (no result, another result,
     a binary that cannot be placed) is torch's own path.
 
     Torch versions: 2.11 and newer.
@@ -133,32 +134,12 @@ class _CoordescWinners(_Patch):
         @functools.wraps(recheck)
         def recheck_autotune_cache(kernel: Any, reload_kernel_from_src: Callable[[], Any]) -> Any:
             stored = kernel.__dict__.pop(WINNER_ATTR, None)
-            chosen = None if stored is None else _stored_winner(kernel, stored, check, to_hashable)
-            if chosen is None:
+            served = None if stored is None else _stored_winner(kernel, stored, check, to_hashable)
+            if served is None:
                 return recheck(kernel, reload_kernel_from_src)
-            key = to_hashable(chosen.config)
-
-            def serve_winner(cfg: Any, *args: Any, **kwargs: Any) -> Any:
-                if to_hashable(cfg) == key:
-                    return chosen
-                if getattr(getattr(kernel, "fn", None), "fn", None) is None:
-                    kernel.fn = reload_kernel_from_src().fn
-                return type(kernel)._precompile_config(kernel, cfg, *args, **kwargs)
-
-            # torch's own recheck keeps its bookkeeping (`autotune_cache_info`);
-            # where it would compile the winner, it gets the stored binary.
-            candidates = list(kernel.compile_results)
-            kernel._precompile_config = serve_winner
-            try:
-                recheck(kernel, lambda: kernel)
-            except Exception:  # a torch that rechecks another way: its own path, from the start
-                kernel.compile_results = candidates
-                kernel.__dict__.pop("_precompile_config", None)
-                return recheck(kernel, reload_kernel_from_src)
-            finally:
-                kernel.__dict__.pop("_precompile_config", None)
-            # torch 2.11 reads a result only among several candidates and
-            # leaves the kept config unmarked, so it would tune again.
+            # What torch's recheck does on a hit, without compiling the winner
+            # again (or, on torch 2.11, leaving it unread or unmarked).
+            chosen, kernel.autotune_cache_info = served
             kernel.compile_results = [chosen]
             chosen.config.found_by_coordesc = True
             counters["precompile"]["coordesc_winners_loaded"] += 1
@@ -220,8 +201,11 @@ def _picklable_result(result: Any) -> Any:
     return clean
 
 
-def _stored_winner(kernel: Any, stored: Any, check: Any, to_hashable: Callable[[Any], Hashable]) -> Any:
-    """The compile result to launch for `kernel`'s stored winner, or None.
+def _stored_winner(
+    kernel: Any, stored: Any, check: Any, to_hashable: Callable[[Any], Hashable]
+) -> tuple[Any, dict[str, Any]] | None:
+    """The compile result to launch for `kernel`'s stored winner, with
+    torch's read of the host's result (`autotune_cache_info`), or None.
 
     Only when torch's reader, on this host's result file, names exactly that
     winner, found by coordinate descent; a winner compiled in tuning must
@@ -235,19 +219,19 @@ def _stored_winner(kernel: Any, stored: Any, check: Any, to_hashable: Callable[[
     if not results or not filename:
         return None
     try:
-        found, _, _ = check([r.config for r in results], filename, kernel.inductor_meta)
+        found, _, info = check([r.config for r in results], filename, kernel.inductor_meta)
         key = to_hashable(config)
         if len(found) != 1 or not getattr(found[0], "found_by_coordesc", False) or to_hashable(found[0]) != key:
             return None
         if result is None:
             matches = [r for r in results if to_hashable(r.config) == key]
-            return matches[0] if len(matches) == 1 else None
+            return (matches[0], info) if len(matches) == 1 else None
         if to_hashable(result.config) != key:
             return None
         result.reload_cubin_path()
     except Exception:  # an unreadable result or a missing binary: torch's path
         return None
-    return result
+    return result, info
 
 
 def with_winners(bundle: Any) -> Any:
@@ -263,60 +247,50 @@ def with_winners(bundle: Any) -> Any:
     kernels = list(bundle.kernel_artifacts)
     have = {k.kernel_hash for k in kernels}
     out = []
-    changed = False
     for autotuner in autotuners:
-        kernel = getattr(autotuner, "kernel", None)
         try:
-            stash = coordesc_winners.stash(kernel) if kernel is not None else None
+            stash = coordesc_winners.stash(autotuner.kernel)
             files = None if stash is None or stash[1] is None else _binary_files(stash[1])
         except Exception:  # a winner torch keeps another way: the graph is stored without it, as torch stores it
             counters["precompile"]["coordesc_winners_unstorable"] += 1
             stash = files = None
-        if stash is not None and stash[1] is not None:
-            if files is None:
-                counters["precompile"]["coordesc_winners_unstorable"] += 1
-                stash = None
-            elif files.kernel_hash not in have:
-                have.add(files.kernel_hash)
-                kernels.append(files)
         if stash is None:
             out.append(autotuner)
             continue
-        copied = object.__new__(type(kernel))
-        copied.__dict__.update(vars(kernel))
-        setattr(copied, WINNER_ATTR, stash)
-        out.append(dataclasses.replace(autotuner, kernel=copied))
-        changed = True
-    if not changed:
+        if files is not None and files.kernel_hash not in have:
+            have.add(files.kernel_hash)
+            kernels.append(files)
+        out.append(with_kernel_attrs(autotuner, **{WINNER_ATTR: stash}))
+    if all(a is b for a, b in zip(out, autotuners)):
         return bundle
     return dataclasses.replace(bundle, kernel_artifacts=kernels, static_autotuners=out)
 
 
 def _binary_files(result: Any) -> Any:
     """The `TritonKernelArtifacts` of a compile result's binary, read from
-    Triton's cache dir as torch's bundler reads them; None if it is not there."""
+    Triton's cache dir as torch's bundler reads them (OSError, ValueError
+    where they are not there)."""
     from torch._inductor.runtime.cache_dir_utils import triton_cache_dir
     from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
     from torch._inductor.triton_bundler import TritonKernelArtifact, TritonKernelArtifacts
 
-    binary_hash = getattr(getattr(result, "kernel", None), "hash", None)
-    device = (getattr(result, "compile_meta", None) or {}).get("device", 0)
+    binary_hash = result.kernel.hash
+    device = result.compile_meta.get("device", 0)
     if not isinstance(binary_hash, str) or not isinstance(device, int):
-        return None
+        raise ValueError(f"no Triton binary named for device {device!r}")
     key = triton_hash_to_path_key(binary_hash)
     path = os.path.join(triton_cache_dir(device), key)
     artifacts = []
-    try:
-        for name in sorted(os.listdir(path)):
-            with open(os.path.join(path, name), "rb") as f:
-                payload = f.read()
-            if name.endswith(".json"):
-                # torch's bundler writes the kernel's dir as a placeholder,
-                # replaced by the loading host's dir when it writes the files.
-                if TRITON_REPLACE_BYTES in payload:
-                    return None
-                payload = payload.replace(path.encode(), TRITON_REPLACE_BYTES)
-            artifacts.append(TritonKernelArtifact(name, payload))
-    except OSError:
-        return None
-    return TritonKernelArtifacts(key, device, artifacts) if artifacts else None
+    for name in sorted(os.listdir(path)):
+        with open(os.path.join(path, name), "rb") as f:
+            payload = f.read()
+        if name.endswith(".json"):
+            # torch's bundler writes the kernel's dir as a placeholder,
+            # replaced by the loading host's dir when it writes the files.
+            if TRITON_REPLACE_BYTES in payload:
+                raise ValueError(f"{name} holds the bundler's placeholder")
+            payload = payload.replace(path.encode(), TRITON_REPLACE_BYTES)
+        artifacts.append(TritonKernelArtifact(name, payload))
+    if not artifacts:
+        raise FileNotFoundError(path)
+    return TritonKernelArtifacts(key, device, artifacts)

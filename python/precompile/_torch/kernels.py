@@ -228,13 +228,14 @@ def picklable_triton_bundle(bundle: Any) -> Any:
     return dataclasses.replace(bundle, static_autotuners=clean)
 
 
-def _with_filename(autotuner: Any, filename: str) -> Any:
-    # A shallow copy by its attributes: the kernel's own copy protocol goes
-    # through `__getstate__`, which refuses a kernel holding launchers.
+def with_kernel_attrs(autotuner: Any, **attrs: Any) -> Any:
+    """A copy of a static autotuner whose kernel, a shallow copy, has `attrs` set."""
+    # By its attributes: the kernel's own copy protocol goes through
+    # `__getstate__`, which refuses a kernel holding launchers.
     original = autotuner.kernel
     kernel = object.__new__(type(original))
     kernel.__dict__.update(vars(original))
-    kernel.filename = filename
+    kernel.__dict__.update(attrs)
     return dataclasses.replace(autotuner, kernel=kernel)
 
 
@@ -254,7 +255,7 @@ def portable_static_autotuners(autotuners: list[Any], cache_dir: str) -> list[An
     for autotuner in autotuners:
         filename = getattr(getattr(autotuner, "kernel", None), "filename", None)
         rel = kernels.kernel_source_relpath(filename, cache_dir) if isinstance(filename, str) else None
-        out.append(autotuner if rel is None else _with_filename(autotuner, rel))
+        out.append(autotuner if rel is None else with_kernel_attrs(autotuner, filename=rel))
     return out
 
 
