@@ -55,13 +55,14 @@ class _CoordescWinners(_Patch):
     result tuning made for it (`coordinate_descent_tuning`,
     `_precompile_config`). A save (`with_winners`) stores it beside the
     graph's static autotuner, with its binary and its `.best_config`. At
-    load, `recheck_autotune_cache` asks torch's reader
-    (`check_autotune_cache`, read once) which result this host has for the
-    kernel; when it is a coordinate-descent winner the entry carries, that
-    compile result is the kernel's one launcher, marked found by coordinate
-    descent, with torch's `autotune_cache_info`, and nothing compiles or
-    tunes. Anything else (no result, another result,
-    a binary that cannot be placed) is torch's own path.
+    load, `recheck_autotune_cache` makes the stored winner's compile result
+    the kernel's one launcher, marked found by coordinate descent, with
+    torch's `autotune_cache_info` (its reader, `check_autotune_cache`, run
+    once), and nothing compiles or tunes: each graph launches the winner it
+    was saved with, even where another graph sharing the kernel's source
+    left another winner in the host's `.best_config`. Anything else (a
+    winner that is not one of the kernel's results, a binary that cannot be
+    placed) is torch's own path.
 
     Torch versions: 2.11 and newer.
     Steps aside: replaces nothing where `CachingAutotuner` lacks
@@ -207,9 +208,14 @@ def _stored_winner(
     """The compile result to launch for `kernel`'s stored winner, with
     torch's read of the host's result (`autotune_cache_info`), or None.
 
-    Only when torch's reader, on this host's result file, names exactly that
-    winner, found by coordinate descent; a winner compiled in tuning must
-    have its binary in place (`reload_cubin_path`).
+    The winner is the one the saving process launched for this graph: one
+    of the kernel's own compile results, or one compiled in tuning whose
+    binary is in place (`reload_cubin_path`). The host's `.best_config` may
+    name another: two graphs of one process that share a kernel's source
+    (the same block compiled under two modes) are each tuned at their first
+    launch, and the file, kept where it is already there, holds the first
+    graph's winner. Each graph still launches its own, as it did where it
+    was saved.
     """
     if not (isinstance(stored, tuple) and len(stored) == 2):
         return None
@@ -219,19 +225,24 @@ def _stored_winner(
     if not results or not filename:
         return None
     try:
-        found, _, info = check([r.config for r in results], filename, kernel.inductor_meta)
         key = to_hashable(config)
-        if len(found) != 1 or not getattr(found[0], "found_by_coordesc", False) or to_hashable(found[0]) != key:
-            return None
         if result is None:
             matches = [r for r in results if to_hashable(r.config) == key]
-            return (matches[0], info) if len(matches) == 1 else None
-        if to_hashable(result.config) != key:
+            if len(matches) != 1:
+                return None
+            chosen = matches[0]
+        elif to_hashable(result.config) != key:
             return None
-        result.reload_cubin_path()
+        else:
+            result.reload_cubin_path()
+            chosen = result
+        _, _, info = check([r.config for r in results], filename, kernel.inductor_meta)
     except Exception:  # an unreadable result or a missing binary: torch's path
         return None
-    return result, info
+    if info.get("best_config") != key:
+        # What torch's info says on a hit, for the winner that launches.
+        info = {"best_config": key, "autotune_cache_state": "hit"}
+    return chosen, info
 
 
 def with_winners(bundle: Any) -> Any:
