@@ -112,6 +112,13 @@ class _CoordescWinners(_Patch):
         assert check is not None and to_hashable is not None
         self._to_hashable = to_hashable
         capture = self
+        # torch asks a template or user kernel at every launch and returns at
+        # once (these kinds are never tuned): nothing to note there, so those
+        # calls skip the bookkeeping on the launch path.
+        kinds = getattr(th, "HeuristicType", None)
+        never_tuned = frozenset(
+            kind for name in ("TEMPLATE", "USER_AUTOTUNE", "FIXED") if (kind := getattr(kinds, name, None)) is not None
+        )
 
         @functools.wraps(precompile_config)
         def _precompile_config(kernel: Any, cfg: Any, *args: Any, **kwargs: Any) -> Any:
@@ -123,6 +130,8 @@ class _CoordescWinners(_Patch):
 
         @functools.wraps(tune)
         def coordinate_descent_tuning(kernel: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(kernel, "heuristic_type", None) in never_tuned:
+                return tune(kernel, launcher, *args, **kwargs)
             made: dict[Hashable, Any] = {}
             token = capture._tuning.set((kernel, made))
             try:
