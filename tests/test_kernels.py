@@ -368,3 +368,60 @@ def test_a_loaded_kernel_writes_its_tuning_result_beside_its_local_file(tmp_path
         autotuner.kernel.save_cache_hook(triton.Config({"XBLOCK": 64}), 1_000_000, found_by_coordesc=True)
     assert not saving.exists()
     assert [p.parent for p in loading.rglob("*.best_config")] == [loading / "q3"]
+
+
+@pytest.mark.torch
+def test_a_graph_launches_its_own_coordesc_winner_whatever_the_hosts_result_names(tmp_path: Path) -> None:
+    """Two graphs of one process that share a kernel's source are each tuned
+    at their first launch, and the host's `.best_config` (kept where it is
+    already there) names the first graph's winner. The second graph still
+    launches the winner it was saved with (on an H100 it was tuned again,
+    and its outputs changed in the last bits)."""
+    triton = pytest.importorskip("triton")
+    from torch._dynamo.utils import counters
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+    from torch._inductor.runtime.triton_heuristics import (
+        CachingAutotuner,
+        TritonCompileResult,
+        hash_configs,
+        triton_config_to_hashable,
+    )
+
+    from precompile import _torch as tc
+    from precompile._torch.coordesc import WINNER_ATTR
+
+    first, second = (triton.Config({"XBLOCK": x}, num_warps=4, num_stages=1) for x in (64, 128))
+    (tmp_path / "ab").mkdir()
+
+    def kernel(stored: triton.Config) -> Any:
+        k: Any = CachingAutotuner.__new__(CachingAutotuner)
+        k.filename = str(tmp_path / "ab" / "cabcdefghijklmnop.py")
+        k.inductor_meta = {"coordinate_descent_tuning": True}
+        k.compile_results = []
+        for config in (first, second):
+            result: Any = TritonCompileResult.__new__(TritonCompileResult)
+            result.config = triton.Config(config.kwargs, num_warps=4, num_stages=1)
+            k.compile_results.append(result)
+        k.__dict__[WINNER_ATTR] = (stored, None)  # as a stored graph's kernel carries it
+        return k
+
+    host = AutotuneCache.create(
+        {"coordinate_descent_tuning": True}, kernel(first).filename, hash_configs([first, second])
+    )
+    assert host is not None
+    host.save(first, 1_000_000, found_by_coordesc=True)  # the first graph's winner
+
+    tc.coordesc_winners.start()
+    try:
+        loaded = counters["precompile"]["coordesc_winners_loaded"]
+        for stored in (second, first):
+            k = kernel(stored)
+            chosen = next(r for r in k.compile_results if r.config.kwargs == stored.kwargs)
+            CachingAutotuner.recheck_autotune_cache(k, lambda: pytest.fail("the kernel was built again"))
+            assert k.compile_results == [chosen]
+            assert chosen.config.found_by_coordesc
+            assert k.autotune_cache_info["best_config"] == triton_config_to_hashable(stored)
+            assert WINNER_ATTR not in k.__dict__
+        assert counters["precompile"]["coordesc_winners_loaded"] == loaded + 2
+    finally:
+        tc.coordesc_winners.stop()
