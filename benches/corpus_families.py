@@ -1,5 +1,6 @@
-"""Extended corpus families beyond text and image classifiers: a state-space
-model, diffusion denoisers, detection and segmentation heads, a second MoE.
+"""Extended corpus families beyond text and image classifiers: state-space and
+recurrent models, diffusion denoisers, detection and segmentation heads, a
+second MoE, a vocoder, a neural audio codec and a windowed vision transformer.
 
 Each is a tiny random-weight config from a PyPI package, called as a user
 calls it. Part of corpus.EXTENDED; the helpers (`_infer`, `device`, the bench's
@@ -135,6 +136,89 @@ def moe() -> Calls:
     )
 
 
+def hifigan() -> Calls:
+    """A HiFi-GAN vocoder (SpeechT5's): transposed-conv upsampling and dilated
+    residual blocks, mel frames in, a waveform out, at two lengths."""
+    from transformers import SpeechT5HifiGan, SpeechT5HifiGanConfig
+
+    c = _corpus()
+    config = SpeechT5HifiGanConfig(
+        model_in_dim=16,
+        upsample_initial_channel=32,
+        upsample_rates=[4, 4],
+        upsample_kernel_sizes=[8, 8],
+        resblock_kernel_sizes=[3, 7],
+        resblock_dilation_sizes=[[1, 3], [1, 3]],
+    )
+    inputs = [{"spectrogram": torch.randn(n, 16, device=c.device)} for n in (20, 32)]
+    return c._infer(SpeechT5HifiGan(config).eval().to(c.device), inputs)
+
+
+def encodec() -> Calls:
+    """EnCodec: weight-normed conv encoder and decoder (parametrized modules),
+    an LSTM, and residual vector quantization between them."""
+    from transformers import EncodecConfig, EncodecModel
+
+    c = _corpus()
+    config = EncodecConfig(
+        num_filters=4,
+        hidden_size=16,
+        upsampling_ratios=[4, 2],
+        codebook_size=32,
+        codebook_dim=16,
+        num_lstm_layers=1,
+        target_bandwidths=[12.0],
+        sampling_rate=8000,
+    )
+    inputs = [{"input_values": torch.randn(1, 1, 800, device=c.device)}]
+    return c._infer(EncodecModel(config).eval().to(c.device), inputs)
+
+
+def mamba2() -> Calls:
+    """Mamba-2's chunked state-space scan on the pure-PyTorch path."""
+    from transformers import Mamba2Config, Mamba2Model
+
+    c = _corpus()
+    config = Mamba2Config(
+        hidden_size=64,
+        state_size=8,
+        num_hidden_layers=2,
+        vocab_size=256,
+        expand=2,
+        conv_kernel=4,
+        num_heads=8,
+        head_dim=16,
+        n_groups=1,
+        chunk_size=8,
+    )
+    return c._infer(Mamba2Model(config).eval().to(c.device), c._texts(1, (6, 12)))
+
+
+def rwkv() -> Calls:
+    """RWKV: a recurrent time-mixing block (the WKV recurrence in PyTorch)."""
+    from transformers import RwkvConfig, RwkvModel
+
+    c = _corpus()
+    config = RwkvConfig(
+        hidden_size=64,
+        num_hidden_layers=2,
+        vocab_size=256,
+        attention_hidden_size=64,
+        intermediate_size=128,
+        context_length=64,
+    )
+    return c._infer(RwkvModel(config).eval().to(c.device), c._texts(1, (6, 12)))
+
+
+def swin() -> Calls:
+    """Swin: shifted-window attention with patch merging, at two batch sizes."""
+    from transformers import SwinConfig, SwinModel
+
+    c = _corpus()
+    config = SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4)
+    return c._infer(SwinModel(config).eval().to(c.device), c._pixels((1, 2)))
+
+
 FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "mamba": ("transformers", mamba),
     "unet": ("diffusers", unet),
@@ -142,4 +226,9 @@ FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "segmentation": ("torchvision", segmentation),
     "detection": ("torchvision", detection),
     "moe": ("transformers", moe),
+    "hifigan": ("transformers", hifigan),
+    "encodec": ("transformers", encodec),
+    "mamba2": ("transformers", mamba2),
+    "rwkv": ("transformers", rwkv),
+    "swin": ("transformers", swin),
 }

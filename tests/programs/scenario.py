@@ -86,6 +86,19 @@ def op_free_graph():
     return [fn(torch.arange(4.0))]
 
 
+def _checked_then_break(x: torch.Tensor) -> torch.Tensor:
+    # Under dynamic shapes the check traces `size` and a comparison, and
+    # nothing reads them: the graph before the break runs and returns nothing.
+    if x.shape[-1] > 2:
+        torch._dynamo.graph_break()
+    return x * 2
+
+
+def unused_shape_check():
+    fn = torch.compile(_checked_then_break, dynamic=True)
+    return [fn(torch.arange(float(n))) for n in (3, 5)]
+
+
 def _scale(x: torch.Tensor) -> torch.Tensor:
     return (x * 3 + 1).relu().sum(0)
 
@@ -248,6 +261,7 @@ SCENARIOS = {
     "training": training,
     "graph_break": graph_break,
     "op_free_graph": op_free_graph,
+    "unused_shape_check": unused_shape_check,
     "dynamic": dynamic,
     "shared": shared,
 }

@@ -6,7 +6,8 @@ import dataclasses
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -15,6 +16,7 @@ from torch._dynamo.package import CompilePackage, _DynamoCacheEntry
 from torch._dynamo.precompile_context import BackendCacheArtifact, PrecompileContext
 
 from .kernels import inductor_cache_dir
+from .op_free_graphs import noop_graph_backends
 from .patch import _Patch
 
 log = logging.getLogger(__name__)
@@ -180,10 +182,11 @@ def recorded_entries() -> dict[str, _DynamoCacheEntry]:
     return entries
 
 
-def recorded_backends() -> dict[Any, Any]:
-    """The backend artifacts torch recorded in this process, by backend id (live: not a copy)."""
-    backends: dict[Any, Any] = PrecompileContext._backend_artifacts_by_key
-    return backends
+def recorded_backends() -> Mapping[Any, Any]:
+    """The backend artifacts torch recorded in this process, by backend id,
+    with the no-op graphs torch records none for (see `noop_graph_backends`);
+    a live view, not a copy."""
+    return ChainMap(PrecompileContext._backend_artifacts_by_key, noop_graph_backends.artifacts)
 
 
 def package_function(package: Any) -> Callable[..., Any] | None:
@@ -231,7 +234,8 @@ class _SaveToDynamoCache(_Patch):
         hook = self
 
         def save_to_dynamo_cache(cls: Any) -> dict[str, Any]:
-            info = debug_info(recorded_entries(), recorded_backends())
+            # torch's return value: the backends torch itself recorded.
+            info = debug_info(recorded_entries(), PrecompileContext._backend_artifacts_by_key)
             if hook._save is not None:
                 info["precompile"] = hook._save()
             return info

@@ -1,4 +1,4 @@
-"""Graphs without a tensor op, compiled by Inductor so their entry can be bundled."""
+"""Graphs without a tensor op: compiled by Inductor so their entry can be bundled, or saved as torch's no-op call."""
 
 from __future__ import annotations
 
@@ -94,3 +94,54 @@ class _OpFreeGraphs(_Patch):
 
 
 op_free_graphs = _OpFreeGraphs()
+
+
+class _NoopGraphBackends(_Patch):
+    """A graph that runs and returns nothing is saved as torch's no-op call, not dropped.
+
+    Where every call of a graph goes unused (under dynamic shapes, a size
+    check before a graph break: `if x.shape[-1] > n: print(...)` traces
+    `size` and a comparison, then nothing reads them), torch 2.15 hands
+    Dynamo `output_graph.noop_graph_call` without calling the backend, so no
+    backend artifact is recorded. torch's own save then marks the code
+    bypassed ("Backend not found"), and every start compiles it again, with
+    torch's store as with this one. While installed, each backend id Dynamo
+    gives that function is kept here as an eager artifact naming it; the save
+    stores it (pickled by reference: no code travels), and a load installs
+    the same function torch would have. torch's PrecompileContext is left as
+    it is.
+
+    Torch versions: 2.15 has `noop_graph_call`; 2.11 passes such a graph to
+    the backend (Inductor compiles it, and its artifact is recorded).
+    Steps aside: where `torch._dynamo.output_graph` has no `noop_graph_call`
+    or `CompilePackage` no `_add_backend_id`.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.artifacts: dict[Any, Any] = {}
+
+    def _apply(self) -> None:
+        import torch._dynamo.output_graph as output_graph
+        from torch._dynamo.package import CompilePackage
+        from torch._dynamo.precompile_context import EagerCacheArtifact
+
+        noop = getattr(output_graph, "noop_graph_call", None)
+        original = vars(CompilePackage).get("_add_backend_id")
+        if noop is None or original is None:
+            return
+        artifacts = self.artifacts
+
+        @functools.wraps(original)
+        def _add_backend_id(package: Any, backend_id: Any, backend: Any = None) -> None:
+            original(package, backend_id, backend)
+            if backend is noop:
+                artifacts[backend_id] = EagerCacheArtifact(key=backend_id, content=noop)
+
+        self._replace(CompilePackage, "_add_backend_id", _add_backend_id)
+
+    def _stopped(self) -> None:
+        self.artifacts.clear()
+
+
+noop_graph_backends = _NoopGraphBackends()

@@ -41,7 +41,7 @@ from .lean_pickled_globals import lean_pickled_globals
 from .lineages import wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
-from .op_free_graphs import op_free_graphs
+from .op_free_graphs import noop_graph_backends, op_free_graphs
 from .own_frames import own_frames_skipped
 from .parametrized import parametrized_type_guards
 from .patch import OFF_ENV, _Patch, names_turned_off
@@ -92,6 +92,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("wrapper_lineages", wrapper_lineages),
     ("identity_guards", identity_guards),
     ("op_free_graphs", op_free_graphs),
+    ("noop_graph_backends", noop_graph_backends),
     ("lambda_guard_scope", lambda_guard_scope),
     ("guard_dispatch_tls", guard_dispatch_tls),
     ("class_body_methods", class_body_methods),
