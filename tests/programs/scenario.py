@@ -99,6 +99,18 @@ def unused_shape_check():
     return [fn(torch.arange(float(n))) for n in (3, 5)]
 
 
+def _per_shape(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x) * 3 + 1
+
+
+def recompile_limit():
+    # Static shapes and a limit of 2: the compiling process compiles the
+    # first two shapes and runs the other two eagerly, past the limit.
+    torch._dynamo.config.recompile_limit = 2
+    fn = torch.compile(_per_shape, dynamic=False)
+    return [fn(torch.randn(n, 3)) for n in (2, 3, 4, 5)]
+
+
 def _scale(x: torch.Tensor) -> torch.Tensor:
     return (x * 3 + 1).relu().sum(0)
 
@@ -262,6 +274,7 @@ SCENARIOS = {
     "graph_break": graph_break,
     "op_free_graph": op_free_graph,
     "unused_shape_check": unused_shape_check,
+    "recompile_limit": recompile_limit,
     "dynamic": dynamic,
     "shared": shared,
 }

@@ -46,6 +46,7 @@ from .own_frames import own_frames_skipped
 from .parametrized import parametrized_type_guards
 from .patch import OFF_ENV, _Patch, names_turned_off
 from .probes import marked_probe_lookup, probe_load_marks
+from .recompile_limit import loaded_variants_counted
 from .single_flight import single_flight
 from .templates import lazy_kernel_templates
 
@@ -93,6 +94,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("identity_guards", identity_guards),
     ("op_free_graphs", op_free_graphs),
     ("noop_graph_backends", noop_graph_backends),
+    ("loaded_variants_counted", loaded_variants_counted),
     ("lambda_guard_scope", lambda_guard_scope),
     ("guard_dispatch_tls", guard_dispatch_tls),
     ("class_body_methods", class_body_methods),
