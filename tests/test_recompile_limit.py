@@ -16,6 +16,8 @@ import pytest
 from support.counters import counter
 from support.warm_start import assert_compiled_nothing, assert_same_outputs, run_scenario
 
+from precompile.miss_log import read_records
+
 pytestmark = pytest.mark.torch
 
 
@@ -32,3 +34,10 @@ def test_loaded_variants_count_toward_the_recompile_limit(tmp_path: Path) -> Non
     assert counter(warm, "stats", "unique_graphs") == 0, warm["counters"]
     assert counter(warm, "precompile", "frames_loaded") == 2, warm["counters"]
     assert "hit config.recompile_limit" in warm["stderr"], warm["stderr"][-3000:]
+    # The store reports the calls its variants rejected, and that they ran
+    # eagerly: a miss, but no frame recompiled.
+    assert counter(warm, "precompile", "frames_recompiled") == 0, warm["counters"]
+    assert counter(warm, "precompile", "miss_guard_failed") >= 1, warm["counters"]
+    misses = [r for r in read_records(str(store)) if r["event"] == "miss"]
+    assert misses and all(r["reason"] == "guard_failed" for r in misses), misses
+    assert all("reach recompile_limit (2), so it runs eagerly" in r["detail"] for r in misses), misses

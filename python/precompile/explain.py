@@ -5,7 +5,8 @@ Every event also goes three ways:
 - counters: `counters["precompile"]` gets `frames_loaded` (compiled variants
   installed from the store; an install torch then fails takes its count
   back), `frames_recompiled` (frames Dynamo compiled although the store had
-  installed code for them), `frames_invalidated` (frames compiled although
+  installed code for them; not those past `recompile_limit`, which run
+  eagerly), `frames_invalidated` (frames compiled although
   the store held the function, for another environment, key or source:
   `env_mismatch`, `key_mismatch`, `source_changed`) and `miss_<reason>`;
 - logging: the `precompile` logger at INFO, and torch's `recompiles` log
@@ -310,7 +311,11 @@ def unstorable(code: Any, error: BaseException) -> None:
 def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[Any]) -> None:
     # Dynamo is compiling a frame the store installed code for: every stored
     # variant's guards rejected this call. Say which, on these very locals.
-    tc.counters["precompile"]["frames_recompiled"] += 1
+    # Past the recompile limit Dynamo runs the frame eagerly instead, as the
+    # compiling process did: a miss, but nothing compiled.
+    limit = tc.past_recompile_limit(code)
+    if limit is None:
+        tc.counters["precompile"]["frames_recompiled"] += 1
     failed: list[str] = []
     for i, manager in enumerate(managers):
         for part in tc.guard_failures(manager, f_locals)[:2]:
@@ -319,4 +324,6 @@ def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[
     detail = f"{frame['frame']} at {frame['file']}: stored guards rejected the call" + (
         f" ({failed[0]})" if failed else ""
     )
+    if limit is not None:
+        detail += f"; its variants reach recompile_limit ({limit}), so it runs eagerly"
     miss("guard_failed", "", detail, guards=failed, frame=frame)
