@@ -139,10 +139,11 @@ def moe() -> Calls:
 def hifigan() -> Calls:
     """A HiFi-GAN vocoder (SpeechT5's): transposed-conv upsampling and dilated
     residual blocks, mel frames in, a waveform out, at two lengths."""
-    from transformers import SpeechT5HifiGan, SpeechT5HifiGanConfig
-
     c = _corpus()
-    config = SpeechT5HifiGanConfig(
+    return c._hf(
+        "SpeechT5HifiGanConfig",
+        "SpeechT5HifiGan",
+        [{"spectrogram": torch.randn(n, 16, device=c.device)} for n in (20, 32)],
         model_in_dim=16,
         upsample_initial_channel=32,
         upsample_rates=[4, 4],
@@ -150,17 +151,16 @@ def hifigan() -> Calls:
         resblock_kernel_sizes=[3, 7],
         resblock_dilation_sizes=[[1, 3], [1, 3]],
     )
-    inputs = [{"spectrogram": torch.randn(n, 16, device=c.device)} for n in (20, 32)]
-    return c._infer(SpeechT5HifiGan(config).eval().to(c.device), inputs)
 
 
 def encodec() -> Calls:
     """EnCodec: weight-normed conv encoder and decoder (parametrized modules),
     an LSTM, and residual vector quantization between them."""
-    from transformers import EncodecConfig, EncodecModel
-
     c = _corpus()
-    config = EncodecConfig(
+    return c._hf(
+        "EncodecConfig",
+        "EncodecModel",
+        [{"input_values": torch.randn(1, 1, 800, device=c.device)}],
         num_filters=4,
         hidden_size=16,
         upsampling_ratios=[4, 2],
@@ -170,16 +170,15 @@ def encodec() -> Calls:
         target_bandwidths=[12.0],
         sampling_rate=8000,
     )
-    inputs = [{"input_values": torch.randn(1, 1, 800, device=c.device)}]
-    return c._infer(EncodecModel(config).eval().to(c.device), inputs)
 
 
 def mamba2() -> Calls:
     """Mamba-2's chunked state-space scan on the pure-PyTorch path."""
-    from transformers import Mamba2Config, Mamba2Model
-
     c = _corpus()
-    config = Mamba2Config(
+    return c._hf(
+        "Mamba2Config",
+        "Mamba2Model",
+        c._texts(1, (6, 12)),
         hidden_size=64,
         state_size=8,
         num_hidden_layers=2,
@@ -191,15 +190,15 @@ def mamba2() -> Calls:
         n_groups=1,
         chunk_size=8,
     )
-    return c._infer(Mamba2Model(config).eval().to(c.device), c._texts(1, (6, 12)))
 
 
 def rwkv() -> Calls:
     """RWKV: a recurrent time-mixing block (the WKV recurrence in PyTorch)."""
-    from transformers import RwkvConfig, RwkvModel
-
     c = _corpus()
-    config = RwkvConfig(
+    return c._hf(
+        "RwkvConfig",
+        "RwkvModel",
+        c._texts(1, (6, 12)),
         hidden_size=64,
         num_hidden_layers=2,
         vocab_size=256,
@@ -207,16 +206,22 @@ def rwkv() -> Calls:
         intermediate_size=128,
         context_length=64,
     )
-    return c._infer(RwkvModel(config).eval().to(c.device), c._texts(1, (6, 12)))
 
 
 def swin() -> Calls:
     """Swin: shifted-window attention with patch merging, at two batch sizes."""
-    from transformers import SwinConfig, SwinModel
-
     c = _corpus()
-    config = SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4)
-    return c._infer(SwinModel(config).eval().to(c.device), c._pixels((1, 2)))
+    return c._hf(
+        "SwinConfig",
+        "SwinModel",
+        c._pixels((1, 2)),
+        image_size=32,
+        patch_size=4,
+        embed_dim=16,
+        depths=[1, 1],
+        num_heads=[2, 2],
+        window_size=4,
+    )
 
 
 FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {

@@ -308,13 +308,12 @@ def unstorable(code: Any, error: BaseException) -> None:
     )
 
 
-def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[Any]) -> None:
+def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[Any], past_limit: str | None) -> None:
     # Dynamo is compiling a frame the store installed code for: every stored
     # variant's guards rejected this call. Say which, on these very locals.
     # Past the recompile limit Dynamo runs the frame eagerly instead, as the
     # compiling process did: a miss, but nothing compiled.
-    limit = tc.past_recompile_limit(code)
-    if limit is None:
+    if past_limit is None:
         tc.counters["precompile"]["frames_recompiled"] += 1
     failed: list[str] = []
     for i, manager in enumerate(managers):
@@ -324,6 +323,6 @@ def _on_stored_code_compile(code: Any, f_locals: dict[str, Any], managers: list[
     detail = f"{frame['frame']} at {frame['file']}: stored guards rejected the call" + (
         f" ({failed[0]})" if failed else ""
     )
-    if limit is not None:
-        detail += f"; its variants reach recompile_limit ({limit}), so it runs eagerly"
+    if past_limit is not None:
+        detail += f"; its variants reach {past_limit}, so it runs eagerly"
     miss("guard_failed", "", detail, guards=failed, frame=frame)

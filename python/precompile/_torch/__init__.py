@@ -118,7 +118,6 @@ from .probes import (
     probe_load_marks,
     torch_marks_loaded_probes,
 )
-from .recompile_limit import past_recompile_limit
 from .registry import PatchStatus, patches, patches_off, report, start_all, stop_all
 from .single_flight import mode_from_env as single_flight_mode_from_env
 from .single_flight import note_miss, single_flight
@@ -205,7 +204,6 @@ __all__ = [
     "object_aliases",
     "package_function",
     "PackageError",
-    "past_recompile_limit",
     "patches",
     "patches_off",
     "pending_backwards",

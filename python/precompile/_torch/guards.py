@@ -6,6 +6,7 @@ import contextlib
 import contextvars
 import functools
 import importlib
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -117,7 +118,9 @@ class _StoredCodeWatch(_Patch):
     and which `record`s each manager here); Dynamo compiles a frame (through
     `convert_frame._compile`) only when none of them accepted it. Knowing
     both lets the listener evaluate the stored guards on the frame that
-    missed and say which one failed, with torch's own verbose guard text.
+    missed and say which one failed, with torch's own verbose guard text,
+    and whether Dynamo's recompile limit check (as installed) runs the frame
+    eagerly instead of compiling it.
 
     Torch versions: 2.11 and newer: no release says which stored guard failed on
     a recompile.
@@ -128,10 +131,12 @@ class _StoredCodeWatch(_Patch):
     def __init__(self) -> None:
         super().__init__()
         self._managers: dict[Any, list[Any]] = {}
-        self.on_compile: Callable[[Any, dict[str, Any], list[Any]], None] | None = None
+        self.on_compile: Callable[[Any, dict[str, Any], list[Any], str | None], None] | None = None
 
-    def watch(self, on_compile: Callable[[Any, dict[str, Any], list[Any]], None]) -> None:
-        """Start, telling `on_compile(code, f_locals, managers)` of each such compile."""
+    def watch(self, on_compile: Callable[[Any, dict[str, Any], list[Any], str | None], None]) -> None:
+        """Start, telling `on_compile(code, f_locals, managers, past_limit)` of
+        each such compile; `past_limit` names the limit the compile is past,
+        with its value (`recompile_limit (8)`), or is None."""
         self.on_compile = on_compile
         self.start()
 
@@ -144,6 +149,7 @@ class _StoredCodeWatch(_Patch):
         from torch._dynamo import convert_frame
 
         compile_frame = convert_frame._compile
+        signature = inspect.signature(compile_frame)
         watch = self
 
         @functools.wraps(compile_frame)
@@ -151,7 +157,8 @@ class _StoredCodeWatch(_Patch):
             managers = watch._managers.get(code)
             if managers and watch.on_compile is not None:
                 try:
-                    watch.on_compile(code, locals, managers)
+                    past_limit = _past_limit(signature, (code, globals, locals, *args), kwargs)
+                    watch.on_compile(code, locals, managers, past_limit)
                 except Exception:  # explaining must never break a compile
                     log.debug("explaining a stored-code compile failed", exc_info=True)
             return compile_frame(code, globals, locals, *args, **kwargs)
@@ -169,6 +176,23 @@ class _StoredCodeWatch(_Patch):
 
 
 stored_code_watch = _StoredCodeWatch()
+
+
+def _past_limit(signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+    """The limit a `convert_frame._compile(*args, **kwargs)` call is past, by
+    Dynamo's own check (with loaded variants counted, see `recompile_limit`),
+    named with its value; None where it compiles, or where this torch's
+    `_compile` takes no cache size and compile id."""
+    from torch._dynamo import config, convert_frame
+
+    try:
+        arguments = signature.bind(*args, **kwargs).arguments
+        # The name as `_compile` looks it up, so a wrap of it (ours) applies.
+        exceeds = vars(convert_frame)["exceeds_recompile_limit"]
+        exceeded, limit_type = exceeds(arguments["cache_size"], arguments["compile_id"])
+    except (TypeError, KeyError, AssertionError):
+        return None
+    return f"{limit_type} ({getattr(config, limit_type)})" if exceeded else None
 
 
 class _UnbuildableGuards(_Patch):

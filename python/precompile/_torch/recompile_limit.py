@@ -75,23 +75,3 @@ class _LoadedVariantsCounted(_Patch):
 
 
 loaded_variants_counted = _LoadedVariantsCounted()
-
-
-def past_recompile_limit(code: Any) -> int | None:
-    """`recompile_limit` where a compile of `code` starting now runs the frame
-    eagerly instead (its loaded variants and cache entries already reach it,
-    as `loaded_variants_counted` counts them); None where it compiles, or
-    while that patch is off. Guards that match objects by identity, which
-    Dynamo counts per object, are not told apart: stored variants hold none."""
-    if not loaded_variants_counted.active:
-        return None
-    import torch._C._dynamo.eval_frame as c_eval_frame
-    from torch._dynamo import config
-
-    try:
-        held = len(c_eval_frame._debug_get_precompile_entries(code))
-        held += len(c_eval_frame._debug_get_cache_entry_list(code))
-    except (AttributeError, TypeError):
-        return None
-    limit = int(config.recompile_limit)
-    return limit if held >= limit else None
