@@ -224,6 +224,175 @@ def swin() -> Calls:
     )
 
 
+def jamba() -> Calls:
+    """Jamba: Mamba layers interleaved with attention, and a routed MoE MLP."""
+    c = _corpus()
+    return c._hf(
+        "JambaConfig",
+        "JambaModel",
+        c._texts(1, (6, 12)),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        num_experts=4,
+        num_experts_per_tok=2,
+        expert_layer_period=2,
+        expert_layer_offset=1,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        use_mamba_kernels=False,
+    )
+
+
+def gpt_bigcode() -> Calls:
+    """GPT-BigCode (StarCoder's): multi-query attention, one shared key/value head."""
+    c = _corpus()
+    return c._hf(
+        "GPTBigCodeConfig",
+        "GPTBigCodeModel",
+        c._texts(1, (6, 12)),
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        vocab_size=256,
+        n_positions=64,
+    )
+
+
+def mobilevit() -> Calls:
+    """MobileViT: inverted-residual convs with unfold/fold transformer blocks."""
+    c = _corpus()
+    return c._hf(
+        "MobileViTConfig",
+        "MobileViTModel",
+        c._pixels((1,), size=64),
+        image_size=64,
+        hidden_sizes=[32, 48, 64],
+        neck_hidden_sizes=[8, 16, 24, 32, 48, 64, 80],
+        num_attention_heads=2,
+    )
+
+
+def detr() -> Calls:
+    """DETR: a ResNet backbone, sine position embeddings, an encoder-decoder
+    transformer over object queries, and box and class heads."""
+    from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
+
+    c = _corpus()
+    backbone = ResNetConfig(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1], out_features=["stage4"]
+    )
+    config = DetrConfig(
+        use_timm_backbone=False,
+        use_pretrained_backbone=False,
+        backbone_config=backbone,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        num_queries=10,
+    )
+    return c._infer(DetrForObjectDetection(config).eval().to(c.device), c._pixels((1,), size=64))
+
+
+def perceiver() -> Calls:
+    """Perceiver: cross-attention from a fixed latent array onto the inputs."""
+    c = _corpus()
+    return c._hf(
+        "PerceiverConfig",
+        "PerceiverModel",
+        [{"inputs": torch.randn(1, n, 32, device=c.device)} for n in (12, 20)],
+        num_latents=16,
+        d_latents=32,
+        d_model=32,
+        num_blocks=1,
+        num_self_attends_per_block=1,
+        num_self_attention_heads=2,
+        num_cross_attention_heads=2,
+    )
+
+
+def sam() -> Calls:
+    """Segment Anything: a windowed ViT image encoder, a point prompt encoder
+    and a two-way transformer mask decoder."""
+    c = _corpus()
+    return c._hf(
+        "SamConfig",
+        "SamModel",
+        [
+            {
+                "pixel_values": torch.randn(1, 3, 64, 64, device=c.device),
+                "input_points": torch.tensor([[[[10.0, 20.0]]]], device=c.device),
+            }
+        ],
+        vision_config=dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            image_size=64,
+            patch_size=8,
+            output_channels=16,
+            window_size=4,
+            global_attn_indexes=[1],
+            mlp_dim=64,
+            num_pos_feats=8,
+        ),
+        prompt_encoder_config=dict(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4),
+        mask_decoder_config=dict(
+            hidden_size=16, num_hidden_layers=2, num_attention_heads=2, mlp_dim=32, iou_head_hidden_dim=16
+        ),
+    )
+
+
+def _generate(cache_implementation: str | None) -> Calls:
+    """Greedy decoding with `generate()` through a compiled forward, as a
+    serving process runs it: a prefill, then one call per new token against
+    the growing key/value cache, for two prompts of different lengths."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = _corpus()
+    config = LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=256,
+        max_position_embeddings=64,
+    )
+    model = LlamaForCausalLM(config).eval().to(c.device)
+    prompts = [c._ids(256, 1, n) for n in (5, 9)]
+
+    def calls() -> list[torch.Tensor]:
+        model.forward = c.compile_fn(type(model).forward.__get__(model))
+        extra = {} if cache_implementation is None else {"cache_implementation": cache_implementation}
+        with torch.no_grad():
+            return [model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0, **extra) for ids in prompts]
+
+    return calls
+
+
+def generate() -> Calls:
+    """`generate()` with the default dynamic cache: the cache length changes at
+    every step, so Dynamo compiles a dynamic-length variant."""
+    return _generate(None)
+
+
+def generate_static() -> Calls:
+    """`generate()` with a static (preallocated) cache, as torch.compile serving
+    recipes run it: fixed shapes, the position passed in a tensor."""
+    return _generate("static")
+
+
 FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "mamba": ("transformers", mamba),
     "unet": ("diffusers", unet),
@@ -236,4 +405,12 @@ FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "mamba2": ("transformers", mamba2),
     "rwkv": ("transformers", rwkv),
     "swin": ("transformers", swin),
+    "jamba": ("transformers", jamba),
+    "gpt_bigcode": ("transformers", gpt_bigcode),
+    "mobilevit": ("transformers", mobilevit),
+    "detr": ("transformers", detr),
+    "perceiver": ("transformers", perceiver),
+    "sam": ("transformers", sam),
+    "generate": ("transformers", generate),
+    "generate_static": ("transformers", generate_static),
 }

@@ -483,3 +483,42 @@ def test_own_frames_skipped_keeps_dynamo_out_of_the_adapter(store: Path, tmp_pat
     )
     assert "__call__" in unskipped["handed"]
     assert unskipped["reasons"] != plain["reasons"]
+
+
+def _by_dtype(x: torch.Tensor) -> torch.Tensor:
+    return x * 2 + 1
+
+
+def _recorded_variants(fn: Any) -> int:
+    from torch._dynamo.package import CompilePackage
+
+    source_id = CompilePackage.source_id_from_fn(fn)
+    entries = [e for k, e in tc.recorded_entries().items() if tc.source_id_of_key(k) == source_id]
+    assert len(entries) == 1, list(tc.recorded_entries())
+    return tc.loaded_variant_count(entries[0])
+
+
+def _two_wrappers_two_dtypes() -> int:
+    """The variants recorded for `_by_dtype` after two plain wrappers of it
+    each compiled one dtype (two packages of one lineage)."""
+    first, second = torch.compile(_by_dtype, backend="eager"), torch.compile(_by_dtype, backend="eager")
+    first(torch.ones(3))
+    second(torch.ones(3, dtype=torch.float64))
+    return _recorded_variants(_by_dtype)
+
+
+def test_shared_lineage_entries_record_every_wrappers_variants(store: Path) -> None:
+    require(tc.shared_lineage_entries)
+    forget(_by_dtype)
+    assert _two_wrappers_two_dtypes() == 2
+    # `reset()` empties Dynamo's in-process cache: recording starts over, as
+    # torch's does, with what the wrapper compiling next holds.
+    keep = torch.compile(_by_dtype, backend="eager")
+    keep(torch.ones(3, dtype=torch.int64))
+    torch._dynamo.reset()
+    torch.compile(_by_dtype, backend="eager")(torch.ones(3, dtype=torch.int32))
+    assert _recorded_variants(_by_dtype) == 1
+    forget(_by_dtype)
+    with off(tc.shared_lineage_entries):
+        assert _two_wrappers_two_dtypes() == 1
+    forget(_by_dtype)

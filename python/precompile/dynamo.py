@@ -131,8 +131,13 @@ class StoreDynamoCache(tc.DynamoStore):
     def record_package(self, package: tc.CompilePackage) -> None:
         """Record a compiled package for the next save, under its wrapper
         lineage's key (`_torch.lineages`): a second wrapper of the same
-        function keeps its own entry instead of replacing the first's."""
-        tc.PrecompileContext.record_dynamo_cache_entry(cache_entry=package.cache_entry(), key=tc.package_key(package))
+        function keeps its own entry instead of replacing the first's, and
+        one with an equal backend adds its variants to the first's
+        (`_torch.lineage_entries`)."""
+        key = tc.package_key(package)
+        tc.PrecompileContext.record_dynamo_cache_entry(
+            cache_entry=tc.shared_lineage_entries.entry(package, key), key=key
+        )
         tc.single_flight.compiled(package)
 
     def _save_for_waiters(self, package: tc.CompilePackage, key: str, lock: Any) -> None:
@@ -140,8 +145,9 @@ class StoreDynamoCache(tc.DynamoStore):
         then release `lock` so they look it up. Nothing compiled (nothing
         recorded under `key`): only the release, and the waiters compile."""
         try:
-            if key in tc.recorded_entries():
-                self.save_cache_entry(package.cache_entry(), key)
+            recorded = tc.recorded_entries().get(key)
+            if recorded is not None:
+                self.save_cache_entry(recorded, key)
                 tc.counters["precompile"]["single_flight_saves"] += 1
         except Exception as e:  # the waiters then compile, as they would without the lock
             warnings.warn(PrecompileWarning(f"saving the entry other processes wait for failed: {e}"), stacklevel=2)

@@ -8,6 +8,12 @@ first process. `load` calls them again in a fresh process, in the same
 order, then calls the static wrapper at a size it never saw: its own static
 graph cannot serve that size, so it compiles (`graphs_after_new_size`),
 where the dynamic wrapper's graph, served to it wrongly, would not.
+
+Two wrappers of one lineage (plain `torch.compile`), each compiling graphs
+of its own: `instances`, two instances of one model class, one training and
+one evaluating (Dynamo guards on `training`); `regional`, two blocks of
+different classes each compiled by `Module.compile()`, whose wrappers are
+both of `Module._call_impl`.
 Writes the outputs (OUT_JSON.pt) and the counters (OUT_JSON).
 """
 
@@ -26,18 +32,39 @@ def scaled_sine(x: torch.Tensor) -> torch.Tensor:
     return (x * 2).sin() + x.shape[0]
 
 
+class Gate(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.lin(x).sigmoid()
+
+
 class Mix(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.lin = torch.nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.lin(x).relu() * x.shape[0]
+        # Reading `training` makes Dynamo guard on it.
+        return self.lin(x).relu() * (x.shape[0] if self.training else -x.shape[0])
 
 
 def _wrappers(name: str) -> tuple[Callable[..., torch.Tensor], Callable[..., torch.Tensor], int]:
     if name == "function":
         return torch.compile(scaled_sine), torch.compile(scaled_sine, dynamic=True), 0
+    if name == "instances":
+        torch.manual_seed(1)
+        training, evaluating = Mix(), Mix().eval()
+        evaluating.load_state_dict(training.state_dict())
+        return torch.compile(training), torch.compile(evaluating), 8
+    if name == "regional":
+        torch.manual_seed(1)
+        mix, gate = Mix(), Gate()
+        mix.compile()
+        gate.compile()
+        return mix, gate, 8
     torch.manual_seed(1)
     static, dynamic = Mix(), Mix()
     dynamic.load_state_dict(static.state_dict())

@@ -105,6 +105,7 @@ from .kernels import (
     register_library,
     triton_cache_dir,
 )
+from .lineage_entries import shared_lineage_entries
 from .lineages import lineage_key, loading_key, outside_wrapper, package_key, source_id_of_key, wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
@@ -237,6 +238,7 @@ __all__ = [
     "package_key",
     "source_id_of_key",
     "wrapper_lineages",
+    "shared_lineage_entries",
     "source_pickling",
     "start_all",
     "stop_all",

@@ -38,6 +38,7 @@ from .lean_config import lean_backend_config
 from .lean_debug import lean_backend_debug
 from .lean_imports import lean_cached_graph_imports
 from .lean_pickled_globals import lean_pickled_globals
+from .lineage_entries import shared_lineage_entries
 from .lineages import wrapper_lineages
 from .local_classes import local_class_type_guards
 from .named_guards import named_class_guards, script_function_type_guards
@@ -91,6 +92,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lean_pickled_globals", lean_pickled_globals),
     ("parametrized_type_guards", parametrized_type_guards),
     ("wrapper_lineages", wrapper_lineages),
+    ("shared_lineage_entries", shared_lineage_entries),
     ("identity_guards", identity_guards),
     ("op_free_graphs", op_free_graphs),
     ("noop_graph_backends", noop_graph_backends),
