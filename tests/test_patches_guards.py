@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 from support.patches import off, require, tc
-from support.torch_contract import WithUnpicklable, forget, scaled_by
+from support.torch_contract import WithUnpicklable, forget, scaled_by, times_three_sin
 from torch._dynamo.precompile_context import PrecompileContext
 
 import precompile
@@ -190,6 +190,14 @@ def test_guard_state_reducers_leave_out_what_no_guard_reads(store: Path) -> None
     assert _recorded(_collecting, x) == [(False, 1)]
     with off(tc.guard_state_reducers):
         assert _recorded(_collecting, x) == [(True, 0)]  # no pickler can save a ContextVar
+
+
+def test_guard_state_reducers_save_a_custom_op_by_name(store: Path) -> None:
+    require(tc.guard_state_reducers)
+    x = torch.ones(3)
+    assert _recorded(times_three_sin, x) == [(False, 1)]
+    with off(tc.guard_state_reducers):
+        assert _recorded(times_three_sin, x) == [(True, 0)]  # its Library cannot be pickled
 
 
 with warnings.catch_warnings():

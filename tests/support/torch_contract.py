@@ -8,6 +8,33 @@ import torch
 from torch._dynamo.precompile_context import PrecompileContext
 
 
+@torch.library.custom_op("precompile_tests::times", mutates_args=())
+def times(x: torch.Tensor, factor: float) -> torch.Tensor:
+    """A custom op, as serving code defines its kernels: Dynamo guards the
+    type of the global that holds it."""
+    return x * factor
+
+
+@times.register_fake
+def _(x: torch.Tensor, factor: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("precompile_tests::plus", mutates_args=())
+def plus(x: torch.Tensor, amount: float) -> torch.Tensor:
+    """Another custom op, of the same Python type as `times`."""
+    return x + amount
+
+
+@plus.register_fake
+def _(x: torch.Tensor, amount: float) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def times_three_sin(x: torch.Tensor) -> torch.Tensor:
+    return times(x, 3.0).sin()
+
+
 def reset_loaded_entries() -> None:
     # Loaded entries live on the code objects, which outlive a test; some
     # torch releases keep them across torch._dynamo.reset(). Another process

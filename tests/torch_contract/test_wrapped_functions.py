@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.torch_contract import reset
+from support.torch_contract import reset, times, times_three_sin
 from torch._dynamo.precompile_context import PrecompileContext
 from torch._dynamo.utils import counters
 
@@ -172,6 +172,63 @@ def test_a_torchscript_function_replaced_since_the_save_is_a_miss(store: Path, m
         assert counters["precompile"]["miss_guards_unreadable"] == 1
     finally:
         _reset_precompile_entries(_Scripted.forward.__code__)
+
+
+class _GlobalOp(torch.nn.Module):
+    # A custom op through the frame's own global.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return times(x, 2.0) + 1
+
+
+class _ModuleOp(torch.nn.Module):
+    # A custom op through a function of another module: the guards walk that
+    # module's attribute.
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return times_three_sin(x) + 1
+
+
+_OP_USERS = {"global": (_GlobalOp, lambda x: x * 2 + 1), "module": (_ModuleOp, lambda x: (x * 3).sin() + 1)}
+
+
+@pytest.mark.parametrize("where", sorted(_OP_USERS))
+def test_a_custom_op_in_scope_loads(where: str, store: Path) -> None:
+    """A custom op a guard reads is saved by its qualified name: torch alone
+    cannot pickle it (its `Library`) and saves the frame without compiled code."""
+    module, eager = _OP_USERS[where]
+    x = torch.randn(4)
+    with _saved_and_reloaded(module, x, eager(x)):
+        pass
+
+
+@pytest.mark.parametrize("where", sorted(_OP_USERS))
+def test_a_custom_op_replaced_since_the_save_is_a_miss(
+    where: str, store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A name that held one custom op at the save and holds another one, of
+    the same type, at load is a miss: the stored code calls the op it traced.
+    The frame compiles and calls the op the name holds."""
+    import support.torch_contract as shared
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    module, _ = _OP_USERS[where]
+    x = torch.randn(4)
+    torch.compile(module())(x)
+    PrecompileContext.save_to_dynamo_cache()
+    reset()
+    _reset_precompile_entries(module.forward.__code__)
+    counters.clear()
+    if where == "global":
+        monkeypatch.setitem(globals(), "times", shared.plus)
+        expected = x + 2.0 + 1
+    else:
+        monkeypatch.setattr(shared, "times", shared.plus)
+        expected = (x + 3).sin() + 1
+    try:
+        torch.testing.assert_close(torch.compile(module())(x), expected)
+        assert counters["precompile"]["frames_loaded"] == 1
+        assert counters["precompile"]["miss_guard_failed"] == 1, dict(counters["precompile"])
+    finally:
+        _reset_precompile_entries(module.forward.__code__)
 
 
 def test_another_installation_reports_no_miss_for_what_the_last_one_loaded(store: Path, tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from .named_guards import _script_function_name
 from .parametrized import parametrized_module_rule, parametrizes_here
 from .stored import (
     _import_checked,
+    _import_custom_op,
     _import_script_function,
     _rebuild_dict_subclass,
     _rebuild_dim_marked,
@@ -106,6 +107,32 @@ def _script_function_by_name() -> _Rule | None:
     return rule
 
 
+def _custom_op_by_name() -> _Rule | None:
+    """A custom op (`torch.library.custom_op`) is saved by its qualified name.
+
+    Dynamo guards the type of a global holding one it calls, and its pickle
+    reaches the op's `Library`, which no pickler can save: torch bypassed
+    every frame calling a custom op through its Python object. An op is one
+    object per qualified name in a process (torch's own registry), so the
+    loading process gets back the op it registered under that name
+    (`_import_custom_op`, which refuses the state where none is).
+    """
+    from torch._library import custom_ops
+
+    custom_op = getattr(custom_ops, "CustomOpDef", None)
+    if not isinstance(custom_op, type) or not hasattr(custom_ops, "OPDEFS"):
+        return None
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        if isinstance(obj, custom_op):
+            qualname = getattr(obj, "_qualname", None)
+            if isinstance(qualname, str) and custom_ops.OPDEFS.get(qualname) is obj:
+                return _import_custom_op, (qualname,)
+        return None
+
+    return rule
+
+
 def _unguarded_bystander() -> _Rule | None:
     """A context variable or lock no guard reads is left out of a guard state.
 
@@ -181,8 +208,13 @@ def _named_reads() -> _Rule | None:
     (`_UnbuildableGuards`): that variant refuses every call, and a call only
     it would have served compiles. Functions, classes and other objects are
     not compared, and an attribute the loading process lacks is left to the
-    guard build.
+    guard build. A custom op held there is compared too, by identity (it is
+    saved by name, `_custom_op_by_name`): the frame's code calls the operator
+    of the op it traced.
     """
+    from torch._library import custom_ops
+
+    custom_op = getattr(custom_ops, "CustomOpDef", ())
 
     def rule(pickler: Any, obj: Any) -> Any:
         names = (getattr(_attributes_read, "current", None) or {}).get(id(obj))
@@ -197,7 +229,7 @@ def _named_reads() -> _Rule | None:
         kept = {}
         for name in sorted(names):
             value = object_paths.lookup(obj, name)
-            if value is not object_paths.NOTHING and _plain(value):
+            if value is not object_paths.NOTHING and (_plain(value) or isinstance(value, custom_op)):
                 kept[name] = value
         if not kept:
             return None
@@ -298,6 +330,7 @@ _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
     _optimizer_as_saved,
     _function_by_value,
     _script_function_by_name,
+    _custom_op_by_name,
     _unguarded_bystander,
     _dict_subclass_items,
     _named_reads,

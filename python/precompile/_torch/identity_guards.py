@@ -111,6 +111,26 @@ def named_enum_member(value: object) -> bool:
     return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
 
 
+def registered_custom_op(value: object) -> bool:
+    """Whether `value` is the operator of a custom op (`torch.library.custom_op`)
+    registered under its qualified name: one object per name in a process,
+    which a guard state pickles by that name (torch's `_unpickle_op`), so an
+    identity guard on it, rebuilt from the saved state, checks the loading
+    process's own operator of that name."""
+    if not isinstance(value, torch._ops.OpOverload):
+        return False
+    from torch._library import custom_ops
+
+    opdefs = getattr(custom_ops, "OPDEFS", None)
+    op = opdefs.get(getattr(value, "_name", "")) if opdefs is not None else None
+    return op is not None and getattr(op, "_opoverload", None) is value
+
+
+def _stored_by_name(value: object) -> bool:
+    """Whether an identity guard on `value` is kept and stored (see `_kept_by_name`)."""
+    return named_enum_member(value) or registered_custom_op(value)
+
+
 def _enum_member_read_by_name(path: str, value: object) -> bool:
     """Whether the guard reads an enum member through its own name
     (`G['Action'].NONE`, as transformers' Llama does) on a class that imports
@@ -211,7 +231,7 @@ class _IdentityGuards(_Patch):
                     return b""
             unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
             if not isinstance(unsupported, tuple) or not all_guards_of_kind_accepted(
-                builder, sorted_guards, "ID_MATCH", named_enum_member
+                builder, sorted_guards, "ID_MATCH", _stored_by_name, also=("BUILTIN_MATCH",)
             ):
                 return serialize(manager, builder, sorted_guards, *args, **kwargs)
             # torch refuses every ID_MATCH; these rebuild exactly from the
@@ -237,7 +257,7 @@ def _filter(
             kind = _identity_kind(entry) if keep else None
             if kind is None:
                 result.append(bool(keep))
-            elif _kept_as_enum_member(entry):
+            elif _kept_by_name(entry):
                 result.append(True)
             elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry):
                 what = type(entry.value).__name__ if entry.has_value else "object"
@@ -256,14 +276,25 @@ def _filter(
     return guard_filter_fn
 
 
-def _kept_as_enum_member(entry: Any) -> bool:
-    """Whether `entry` is an ID_MATCH guard on an enum member (a local or a
-    global holding one, `action is Action.NONE`) that is kept and stored:
-    the loading process rebuilds it from the saved state against its own
-    member (`named_enum_member`), so it checks what it checked here. One
-    read through the member's own name (`G['Action'].NONE`) holds in every
-    process and is dropped as torch drops it."""
-    if entry.guard_type != "ID_MATCH" or not entry.has_value or not named_enum_member(entry.value):
+def _kept_by_name(entry: Any) -> bool:
+    """Whether `entry` is an identity guard that is kept and stored, since the
+    loading process rebuilds it from the saved state against its own object
+    of the same name, so it checks what it checked here:
+
+    - an ID_MATCH on an enum member (`action is Action.NONE` on an argument,
+      or on a global holding a member; `named_enum_member`). One read
+      through the member's own name (`G['Action'].NONE`) holds in every
+      process and is dropped as torch drops it;
+    - the check Dynamo makes on the operator of a custom op it calls through
+      a global (`G['my_op']._opoverload`; `registered_custom_op`): the
+      frame's code calls that operator, so a global holding another op in
+      the loading process fails the guard instead of running this one.
+    """
+    if not entry.has_value:
+        return False
+    if entry.guard_type == "BUILTIN_MATCH":
+        return _under_a_global(str(entry.name)) and registered_custom_op(entry.value)
+    if entry.guard_type != "ID_MATCH" or not named_enum_member(entry.value):
         return False
     return not str(entry.name).endswith(f".{entry.value.name}")
 

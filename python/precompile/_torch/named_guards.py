@@ -77,13 +77,16 @@ def serializable(kind: str) -> Iterator[None]:
             CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES = kept
 
 
-def all_guards_of_kind_accepted(builder: Any, guards: Any, kind: str, accepts: Callable[[Any], bool]) -> bool:
-    """True when the list has `kind` guards, `accepts` takes the value each
-    one checks, and no other guard merely derives a `kind` guard."""
+def all_guards_of_kind_accepted(
+    builder: Any, guards: Any, kind: str, accepts: Callable[[Any], bool], also: tuple[str, ...] = ()
+) -> bool:
+    """True when the list has `kind` guards (or guards of the kinds `also`
+    names, which derive one), `accepts` takes the value each one checks, and
+    no other guard merely derives a `kind` guard."""
     found = False
     for guard in guards:
         derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
-        if guard.create_fn_name() == kind:
+        if guard.create_fn_name() == kind or guard.create_fn_name() in also:
             try:
                 value = builder.get(guard)
             except Exception:

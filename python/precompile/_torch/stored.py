@@ -119,6 +119,17 @@ def _import_script_function(module_name: str, qualname: str) -> Any:
     return fn
 
 
+def _import_custom_op(qualname: str) -> Any:
+    """The custom op `_custom_op_by_name` saved: the one registered under its
+    qualified name in this process."""
+    from torch._library import custom_ops
+
+    op = custom_ops.OPDEFS.get(qualname)
+    if op is None:
+        raise LookupError(f"no custom op {qualname} is registered in this process")
+    return op
+
+
 def _rebuild_parametrized_module(original: type, name: str, tensor_names: tuple[str, ...]) -> Any:
     """A module `parametrized_module_rule` saved, its class made again as
     `register_parametrization` made it: a subclass of `original` named `name`
