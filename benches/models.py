@@ -53,6 +53,46 @@ class ConvNet(torch.nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
+class _Mixer(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(width)
+        self.qkv = torch.nn.Linear(width, 3 * width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        return x + torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1) @ v
+
+
+class _FeedForward(torch.nn.Module):
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(width, 4 * width)
+        self.down = torch.nn.Linear(4 * width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+class Regional(torch.nn.Module):
+    """Alternating blocks of two classes, each compiled on its own with
+    `Module.compile()` (regional compilation): every block's wrapper is of
+    `Module._call_impl`, one lineage for all."""
+
+    def __init__(self, width: int = 64, pairs: int = 4) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(block for _ in range(pairs) for block in (_Mixer(width), _FeedForward(width)))
+
+    def compile_blocks(self) -> None:
+        for block in self.blocks:
+            block.compile()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
 def build(name: str, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
     if name == "mlp":
@@ -61,6 +101,8 @@ def build(name: str, device: str) -> tuple[torch.nn.Module, torch.Tensor]:
         model, x = Transformer(), torch.randn(4, 16, 64)
     elif name == "convnet":
         model, x = ConvNet(), torch.randn(8, 3, 32, 32)
+    elif name == "regional":
+        model, x = Regional(), torch.randn(4, 16, 64)
     else:
         raise ValueError(f"unknown model {name!r}")
     # Train mode with dropout 0 computes the same thing as eval mode but keeps

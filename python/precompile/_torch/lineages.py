@@ -139,6 +139,12 @@ class _WrapperLineages(_Patch):
         # last install or swap: entering it again needs no check. Every call
         # of a compiled function enters its wrapper, so this is the hot path.
         self._settled: weakref.ref[Any] | None = None
+        # Bumped by every install and swap; package -> the count when its
+        # codes last held its lineage's variants. Wrappers of one lineage
+        # called in turn (blocks compiled by `Module.compile()`) each find
+        # theirs unchanged without a check.
+        self._generation = 0
+        self._checked: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
     def tag(self, package: Any) -> str:
         """The lineage tag of the wrapper `package` belongs to ("" if default or unknown)."""
@@ -205,6 +211,7 @@ class _WrapperLineages(_Patch):
             by_hand = outside_wrapper()
             with self._lock:
                 self._settled = None
+                self._generation += 1
                 self._loaded[package] = loaded
                 ref = weakref.ref(package)
                 for code in codes:
@@ -221,7 +228,9 @@ class _WrapperLineages(_Patch):
         if self._settled is package_ref:
             return _nothing
         package = package_ref()
-        if package is not None:
+        if package is not None and self._checked.get(package) == self._generation:
+            self._settled = package_ref
+        elif package is not None:
             try:
                 self._hold(package)
                 self._settled = package_ref
@@ -239,22 +248,36 @@ class _WrapperLineages(_Patch):
             codes = {code for code, _, _ in loaded}
             if own is not None:
                 codes.add(own)
-            # A code no wrapper loaded onto holds no precompile entries.
-            stale = {code for code in codes if code in self._owner and (self._owner[code]() is not package)}
-            if not stale:
-                return
-            for code in stale:
-                c_eval_frame._reset_precompile_entries(code)
-                self._owner[code] = weakref.ref(package)
-            for code, guard_manager, dynamo_code in loaded:
-                if code in stale:
-                    c_eval_frame._load_precompile_entry(code, guard_manager, dynamo_code)
+            tag = self._tags.get(package, "")
+            # A code no wrapper loaded onto holds no precompile entries; one
+            # another wrapper of this lineage loaded onto holds the variants
+            # of this lineage's entry, which Dynamo's own cache would share
+            # between the two.
+            stale = {
+                code
+                for code in codes
+                if code in self._owner and not self._same_lineage(self._owner[code](), package, tag)
+            }
+            if stale:
+                self._generation += 1
+                for code in stale:
+                    c_eval_frame._reset_precompile_entries(code)
+                    self._owner[code] = weakref.ref(package)
+                for code, guard_manager, dynamo_code in loaded:
+                    if code in stale:
+                        c_eval_frame._load_precompile_entry(code, guard_manager, dynamo_code)
+            self._checked[package] = self._generation
+
+    def _same_lineage(self, owner: Any, package: Any, tag: str) -> bool:
+        # Called under `_lock`.
+        return owner is package or (owner is not None and owner in self._loaded and self._tags.get(owner) == tag)
 
     def _stopped(self) -> None:
         with self._lock:
             self._tags = weakref.WeakKeyDictionary()
             self._loaded = weakref.WeakKeyDictionary()
             self._owner.clear()
+            self._checked = weakref.WeakKeyDictionary()
             self._settled = None
 
 
