@@ -268,11 +268,12 @@ class StoreDynamoCache(tc.DynamoStore):
 
 
 class _Installation:
-    def __init__(self, cache: StoreDynamoCache, previous: Any, was_enabled: bool, save_on_exit: bool) -> None:
+    def __init__(self, cache: StoreDynamoCache, previous: Any, save_on_exit: bool) -> None:
         self.cache = cache
         self.previous = previous
-        self.was_enabled = was_enabled
         self.save_on_exit = save_on_exit
+        # Puts `caching_precompile` back as install() found it (None: left alone).
+        self.restore_flag: Callable[[], None] | None = None
 
 
 _lock = threading.RLock()
@@ -381,10 +382,9 @@ def install(
         if _active is not None:
             uninstall()
         previous = tc.swap_dynamo_cache(cache)
-        was_enabled = tc.caching_precompile()
-        _active = _Installation(cache, previous, was_enabled, save_on_exit)
+        _active = _Installation(cache, previous, save_on_exit)
         if enable:
-            tc.set_caching_precompile(True)
+            _active.restore_flag = tc.set_caching_precompile(True)
         tc.start_all(
             off=patches_off, save=_save_for_torch, on_install_failure=_install_failed, on_unnamed=explain.unstorable
         )
@@ -412,7 +412,8 @@ def uninstall() -> None:
         if _active is None:
             return
         tc.swap_dynamo_cache(None)
-        tc.set_caching_precompile(_active.was_enabled)
+        if _active.restore_flag is not None:
+            _active.restore_flag()
         explain.end()
         tc.stop_all()
         _active = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import os
@@ -113,8 +114,33 @@ def caching_precompile() -> bool:
     return bool(torch._dynamo.config.caching_precompile)
 
 
-def set_caching_precompile(on: bool) -> None:
-    torch._dynamo.config.caching_precompile = on
+def set_caching_precompile(on: bool) -> Callable[[], None]:
+    """Turn `caching_precompile` on or off in every thread; returns what puts
+    the previous setting back.
+
+    Newer torch keeps each config assignment in a ContextVar: set in the
+    thread that calls `install()`, the flag stays off in every other thread,
+    so a compiled model first called from a worker thread (a serving
+    process's request pool) neither loaded nor recorded anything, with
+    torch's store as with this one. Where assignments are per-thread, the
+    flag's default, which a thread without an assignment of its own reads,
+    is set too.
+    """
+    config = torch._dynamo.config
+    before = bool(config.caching_precompile)
+    entry = getattr(config, "_config", {}).get("caching_precompile")
+    per_thread = isinstance(getattr(entry, "user_override", None), contextvars.ContextVar) and hasattr(entry, "default")
+    default = entry.default if per_thread else None
+    if per_thread:
+        entry.default = on
+    config.caching_precompile = on
+
+    def restore() -> None:
+        if per_thread:
+            entry.default = default
+        config.caching_precompile = before
+
+    return restore
 
 
 def default_dynamo_dir() -> str:
