@@ -128,15 +128,16 @@ def set_caching_precompile(on: bool) -> Callable[[], None]:
     """
     config = torch._dynamo.config
     before = bool(config.caching_precompile)
-    entry = getattr(config, "_config", {}).get("caching_precompile")
-    per_thread = isinstance(getattr(entry, "user_override", None), contextvars.ContextVar) and hasattr(entry, "default")
-    default = entry.default if per_thread else None
-    if per_thread:
+    found = getattr(config, "_config", {}).get("caching_precompile")
+    per_thread = isinstance(getattr(found, "user_override", None), contextvars.ContextVar)
+    entry: Any = found if per_thread and hasattr(found, "default") else None
+    default = entry.default if entry is not None else None
+    if entry is not None:
         entry.default = on
     config.caching_precompile = on
 
     def restore() -> None:
-        if per_thread:
+        if entry is not None:
             entry.default = default
         config.caching_precompile = before
 
