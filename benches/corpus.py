@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -77,12 +78,12 @@ def gpt2() -> Calls:
     return _infer(model, [{"input_ids": _ids(512, 1, n)} for n in (8, 12)])
 
 
-def _decoder(config_name: str, model_name: str, lengths: tuple[int, ...], **extra: object) -> Calls:
-    """A 2-layer decoder of a Llama-style family (rotary embeddings, grouped-query
-    attention, RMSNorm), one input per sequence length."""
+def _decoder_config(config_name: str, **extra: object) -> Any:
+    """The config of a 2-layer decoder of a Llama-style family (rotary
+    embeddings, grouped-query attention, RMSNorm)."""
     import transformers
 
-    config = getattr(transformers, config_name)(
+    return getattr(transformers, config_name)(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
@@ -92,6 +93,13 @@ def _decoder(config_name: str, model_name: str, lengths: tuple[int, ...], **extr
         max_position_embeddings=64,
         **extra,
     )
+
+
+def _decoder(config_name: str, model_name: str, lengths: tuple[int, ...], **extra: object) -> Calls:
+    """A 2-layer decoder of a Llama-style family, one input per sequence length."""
+    import transformers
+
+    config = _decoder_config(config_name, **extra)
     model = getattr(transformers, model_name)(config).eval().to(device)
     return _infer(model, [{"input_ids": _ids(256, 1, n)} for n in lengths])
 

@@ -357,19 +357,10 @@ def _generate(cache_implementation: str | None) -> Calls:
     """Greedy decoding with `generate()` through a compiled forward, as a
     serving process runs it: a prefill, then one call per new token against
     the growing key/value cache, for two prompts of different lengths."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     c = _corpus()
-    config = LlamaConfig(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        vocab_size=256,
-        max_position_embeddings=64,
-    )
-    model = LlamaForCausalLM(config).eval().to(c.device)
+    model = LlamaForCausalLM(c._decoder_config("LlamaConfig")).eval().to(c.device)
     prompts = [c._ids(256, 1, n) for n in (5, 9)]
 
     def calls() -> list[torch.Tensor]:
