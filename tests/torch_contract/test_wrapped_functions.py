@@ -67,26 +67,35 @@ class _DecoratedFlagged(torch.nn.Module):
 
 
 @contextlib.contextmanager
-def _saved_and_reloaded(module: type[torch.nn.Module], x: torch.Tensor, expected: torch.Tensor) -> Iterator[None]:
-    """Compile `module` on `x`, save, forget every compiled frame, and call
-    it again under fail_on_recompile: the stored frame must serve the call.
-    The body runs under the same stance."""
+def _saved_and_forgotten(module: type[torch.nn.Module], x: torch.Tensor) -> Iterator[torch.Tensor]:
+    """Compile `module` on `x`, save, and forget every compiled frame and
+    counter, as a new process would; the body gets the compiled output and
+    runs before the loaded entries are dropped."""
     from torch._C._dynamo.eval_frame import _reset_precompile_entries
 
     code = module.forward.__code__
-    torch.testing.assert_close(torch.compile(module())(x), expected)
+    out = torch.compile(module())(x)
     PrecompileContext.save_to_dynamo_cache()
     reset()
     _reset_precompile_entries(code)
     counters.clear()
     try:
-        with torch.compiler.set_stance("fail_on_recompile"):
-            torch.testing.assert_close(torch.compile(module())(x), expected)
-            assert counters["precompile"]["install_failed"] == 0
-            assert counters["precompile"]["frames_loaded"] == 1
-            yield
+        yield out
     finally:
         _reset_precompile_entries(code)
+
+
+@contextlib.contextmanager
+def _saved_and_reloaded(module: type[torch.nn.Module], x: torch.Tensor, expected: torch.Tensor) -> Iterator[None]:
+    """Compile `module` on `x`, save, forget every compiled frame, and call
+    it again under fail_on_recompile: the stored frame must serve the call.
+    The body runs under the same stance."""
+    with _saved_and_forgotten(module, x) as compiled, torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(compiled, expected)
+        torch.testing.assert_close(torch.compile(module())(x), expected)
+        assert counters["precompile"]["install_failed"] == 0
+        assert counters["precompile"]["frames_loaded"] == 1
+        yield
 
 
 def test_a_guard_through_a_wrapped_function_loads_and_still_checks(store: Path) -> None:
@@ -155,23 +164,13 @@ def test_a_torchscript_function_replaced_since_the_save_is_a_miss(store: Path, m
     """What the name holds at load must still be a script function: a plain
     function there is refused (the frame compiles), never served the stored
     code built for the script function."""
-
-    from torch._C._dynamo.eval_frame import _reset_precompile_entries
-
     x = torch.randn(4)
-    torch.compile(_Scripted())(x)
-    PrecompileContext.save_to_dynamo_cache()
-    reset()
-    _reset_precompile_entries(_Scripted.forward.__code__)
-    counters.clear()
-    monkeypatch.setattr(sys.modules[__name__], "_scripted_scale", lambda x, factor: x * (factor + 1))
-    try:
+    with _saved_and_forgotten(_Scripted, x):
+        monkeypatch.setattr(sys.modules[__name__], "_scripted_scale", lambda x, factor: x * (factor + 1))
         with pytest.warns(precompile.PrecompileWarning, match="guards_unreadable"):
             torch.testing.assert_close(torch.compile(_Scripted())(x), (x * 4).sin())
         assert counters["precompile"]["frames_loaded"] == 0
         assert counters["precompile"]["miss_guards_unreadable"] == 1
-    finally:
-        _reset_precompile_entries(_Scripted.forward.__code__)
 
 
 class _GlobalOp(torch.nn.Module):
@@ -208,27 +207,19 @@ def test_a_custom_op_replaced_since_the_save_is_a_miss(
     the same type, at load is a miss: the stored code calls the op it traced.
     The frame compiles and calls the op the name holds."""
     import support.torch_contract as shared
-    from torch._C._dynamo.eval_frame import _reset_precompile_entries
 
     module, _ = _OP_USERS[where]
     x = torch.randn(4)
-    torch.compile(module())(x)
-    PrecompileContext.save_to_dynamo_cache()
-    reset()
-    _reset_precompile_entries(module.forward.__code__)
-    counters.clear()
-    if where == "global":
-        monkeypatch.setitem(globals(), "times", shared.plus)
-        expected = x + 2.0 + 1
-    else:
-        monkeypatch.setattr(shared, "times", shared.plus)
-        expected = (x + 3).sin() + 1
-    try:
+    with _saved_and_forgotten(module, x):
+        if where == "global":
+            monkeypatch.setitem(globals(), "times", shared.plus)
+            expected = x + 2.0 + 1
+        else:
+            monkeypatch.setattr(shared, "times", shared.plus)
+            expected = (x + 3).sin() + 1
         torch.testing.assert_close(torch.compile(module())(x), expected)
         assert counters["precompile"]["frames_loaded"] == 1
         assert counters["precompile"]["miss_guard_failed"] == 1, dict(counters["precompile"])
-    finally:
-        _reset_precompile_entries(module.forward.__code__)
 
 
 def test_another_installation_reports_no_miss_for_what_the_last_one_loaded(store: Path, tmp_path: Path) -> None:

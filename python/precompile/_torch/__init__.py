@@ -39,7 +39,6 @@ from .ddp_frames import ddp_optimizer_frames
 from .dynamo_cache import (
     bypassed_copy,
     caches_disabled,
-    caching_precompile,
     check_loaded_entry,
     debug_info,
     default_dynamo_dir,
@@ -154,7 +153,6 @@ __all__ = [
     "bypassed_copy",
     "caches_disabled",
     "check_torch_version",
-    "caching_precompile",
     "changed_sources",
     "check_loaded_entry",
     "CompiledFxGraph",

@@ -109,11 +109,6 @@ def entry_source_location(entry: _DynamoCacheEntry) -> tuple[str | None, str | N
     return qualname, source_file, line
 
 
-def caching_precompile() -> bool:
-    """Whether Dynamo records and looks up precompile entries."""
-    return bool(torch._dynamo.config.caching_precompile)
-
-
 def set_caching_precompile(on: bool) -> Callable[[], None]:
     """Turn `caching_precompile` on or off in every thread; returns what puts
     the previous setting back.

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from .. import object_paths
+from .custom_ops import is_registered_op
 from .local_classes import local_instance_rule
 from .named_guards import _script_function_name
 from .parametrized import parametrized_module_rule, parametrizes_here
@@ -117,18 +118,9 @@ def _custom_op_by_name() -> _Rule | None:
     loading process gets back the op it registered under that name
     (`_import_custom_op`, which refuses the state where none is).
     """
-    from torch._library import custom_ops
-
-    custom_op = getattr(custom_ops, "CustomOpDef", None)
-    if not isinstance(custom_op, type) or not hasattr(custom_ops, "OPDEFS"):
-        return None
 
     def rule(pickler: Any, obj: Any) -> Any:
-        if isinstance(obj, custom_op):
-            qualname = getattr(obj, "_qualname", None)
-            if isinstance(qualname, str) and custom_ops.OPDEFS.get(qualname) is obj:
-                return _import_custom_op, (qualname,)
-        return None
+        return (_import_custom_op, (obj._qualname,)) if is_registered_op(obj) else None
 
     return rule
 
@@ -212,9 +204,6 @@ def _named_reads() -> _Rule | None:
     saved by name, `_custom_op_by_name`): the frame's code calls the operator
     of the op it traced.
     """
-    from torch._library import custom_ops
-
-    custom_op = getattr(custom_ops, "CustomOpDef", ())
 
     def rule(pickler: Any, obj: Any) -> Any:
         names = (getattr(_attributes_read, "current", None) or {}).get(id(obj))
@@ -229,7 +218,7 @@ def _named_reads() -> _Rule | None:
         kept = {}
         for name in sorted(names):
             value = object_paths.lookup(obj, name)
-            if value is not object_paths.NOTHING and (_plain(value) or isinstance(value, custom_op)):
+            if value is not object_paths.NOTHING and (_plain(value) or is_registered_op(value)):
                 kept[name] = value
         if not kept:
             return None

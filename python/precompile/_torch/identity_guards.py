@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .. import object_paths
+from .custom_ops import is_registered_operator
 from .guard_logs import _BY_NAME, _GLOBAL_MODULE_OR_BUILTIN
 from .named_guards import all_guards_of_kind_accepted, serializable
 from .patch import _Patch
@@ -111,24 +112,9 @@ def named_enum_member(value: object) -> bool:
     return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
 
 
-def registered_custom_op(value: object) -> bool:
-    """Whether `value` is the operator of a custom op (`torch.library.custom_op`)
-    registered under its qualified name: one object per name in a process,
-    which a guard state pickles by that name (torch's `_unpickle_op`), so an
-    identity guard on it, rebuilt from the saved state, checks the loading
-    process's own operator of that name."""
-    if not isinstance(value, torch._ops.OpOverload):
-        return False
-    from torch._library import custom_ops
-
-    opdefs = getattr(custom_ops, "OPDEFS", None)
-    op = opdefs.get(getattr(value, "_name", "")) if opdefs is not None else None
-    return op is not None and getattr(op, "_opoverload", None) is value
-
-
 def _stored_by_name(value: object) -> bool:
     """Whether an identity guard on `value` is kept and stored (see `_kept_by_name`)."""
-    return named_enum_member(value) or registered_custom_op(value)
+    return named_enum_member(value) or is_registered_operator(value)
 
 
 def _enum_member_read_by_name(path: str, value: object) -> bool:
@@ -286,14 +272,15 @@ def _kept_by_name(entry: Any) -> bool:
       through the member's own name (`G['Action'].NONE`) holds in every
       process and is dropped as torch drops it;
     - the check Dynamo makes on the operator of a custom op it calls through
-      a global (`G['my_op']._opoverload`; `registered_custom_op`): the
-      frame's code calls that operator, so a global holding another op in
-      the loading process fails the guard instead of running this one.
+      a global (`G['my_op']._opoverload`; `is_registered_operator`), which
+      pickles by name (torch's `_unpickle_op`): the frame's code calls that
+      operator, so a global holding another op in the loading process fails
+      the guard instead of running this one.
     """
     if not entry.has_value:
         return False
     if entry.guard_type == "BUILTIN_MATCH":
-        return _under_a_global(str(entry.name)) and registered_custom_op(entry.value)
+        return _under_a_global(str(entry.name)) and is_registered_operator(entry.value)
     if entry.guard_type != "ID_MATCH" or not named_enum_member(entry.value):
         return False
     return not str(entry.name).endswith(f".{entry.value.name}")

@@ -13,7 +13,6 @@ a later process recompiles them.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -24,8 +23,6 @@ import torch._dynamo.package as dynamo_package
 from torch._dynamo.precompile_context import PrecompileContext
 
 from .patch import _Patch
-
-log = logging.getLogger(__name__)
 
 
 class _SharedLineageEntries(_Patch):
@@ -88,13 +85,14 @@ class _SharedLineageEntries(_Patch):
                     break
             else:
                 recorded.append((weakref.ref(package), own))
-            gone = [i for i, (ref, _) in enumerate(recorded) if ref is None or ref() is None]
-            if gone and gone != [0]:
-                # Fold the entries of packages gone into one, kept first: the
-                # list stays as long as the live wrappers, however many came
-                # and went.
-                folded = merge_entries([recorded[i][1] for i in gone])
-                recorded[:] = [(None, folded), *(recorded[i] for i in range(len(recorded)) if i not in gone)]
+            # The entries of packages gone are folded into one, kept first:
+            # the list stays as long as the live wrappers, however many came
+            # and went.
+            gone = [entry for ref, entry in recorded if ref is None or ref() is None]
+            live = [(ref, entry) for ref, entry in recorded if ref is not None and ref() is not None]
+            if len(gone) > 1:
+                gone = [merge_entries(gone)]
+            recorded[:] = [*((None, entry) for entry in gone), *live]
             entries = [entry for _, entry in recorded]
         return own if len(entries) == 1 else merge_entries(entries)
 

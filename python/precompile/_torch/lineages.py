@@ -256,7 +256,7 @@ class _WrapperLineages(_Patch):
             stale = {
                 code
                 for code in codes
-                if code in self._owner and not self._same_lineage(self._owner[code](), package, tag)
+                if code in self._owner and not self._serves(self._owner[code](), package, tag, code)
             }
             if stale:
                 self._generation += 1
@@ -268,9 +268,16 @@ class _WrapperLineages(_Patch):
                         c_eval_frame._load_precompile_entry(code, guard_manager, dynamo_code)
             self._checked[package] = self._generation
 
-    def _same_lineage(self, owner: Any, package: Any, tag: str) -> bool:
-        # Called under `_lock`.
-        return owner is package or (owner is not None and owner in self._loaded and self._tags.get(owner) == tag)
+    def _serves(self, owner: Any, package: Any, tag: str, code: types.CodeType) -> bool:
+        """Whether the variants `owner` put on `code` serve `package`: its own,
+        or those of a wrapper of the same lineage that loaded onto `code` if
+        and only if `package` did (both hold that lineage's entry there, or
+        neither holds any). Called under `_lock`."""
+        if owner is package:
+            return True
+        if owner is None or self._tags.get(owner) != tag:
+            return False
+        return _loaded_onto(self._loaded.get(owner, ()), code) == _loaded_onto(self._loaded.get(package, ()), code)
 
     def _stopped(self) -> None:
         with self._lock:
@@ -285,6 +292,11 @@ def _own_code(package: Any) -> types.CodeType | None:
     """The code of the function a package was made for, once initialized."""
     code = getattr(getattr(package, "_innermost_fn", None), "__code__", None)
     return code if isinstance(code, types.CodeType) else None
+
+
+def _loaded_onto(loaded: Any, code: types.CodeType) -> bool:
+    """Whether an install that loaded `loaded` put variants on `code`."""
+    return any(target is code for target, _, _ in loaded)
 
 
 def _nothing() -> None:

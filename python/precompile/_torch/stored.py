@@ -122,9 +122,9 @@ def _import_script_function(module_name: str, qualname: str) -> Any:
 def _import_custom_op(qualname: str) -> Any:
     """The custom op `_custom_op_by_name` saved: the one registered under its
     qualified name in this process."""
-    from torch._library import custom_ops
+    from .custom_ops import registered_op
 
-    op = custom_ops.OPDEFS.get(qualname)
+    op = registered_op(qualname)
     if op is None:
         raise LookupError(f"no custom op {qualname} is registered in this process")
     return op
