@@ -2,18 +2,21 @@
 
 A class-identity guard is kept and checked; an object made anew on each
 read compiles, saves and loads; a guard state that cannot be pickled
-bypasses the frame; a local class is refused as torch refuses it.
+bypasses the frame; a local class is refused as torch refuses it; a
+`NamedTuple` built in the frame loads.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 from support.torch_contract import WithUnpicklable, reset, scaled_by
 from torch._dynamo.package import DynamoCache
 from torch._dynamo.precompile_context import PrecompileContext
+from torch._dynamo.utils import counters
 
 import precompile
 
@@ -80,6 +83,49 @@ def test_a_guarded_object_made_anew_on_each_read_compiles_saves_and_loads(store:
                 torch.compile(_through_view)(x, _Scaled())
     finally:
         _reset_precompile_entries(_through_view.__code__)
+
+
+class _Pair(NamedTuple):
+    total: torch.Tensor
+    doubled: torch.Tensor
+
+
+def _paired(x: torch.Tensor) -> _Pair:
+    return _Pair(x.sum(), x * 2)
+
+
+def test_a_named_tuple_built_in_the_frame_loads(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo inlines the tuple's generated `__new__`, whose globals no module
+    owns: it binds them under a global it names by their id
+    (`___unnamed_scope_<id>_c<n>`) and guards that global's type and the
+    identity of the builtin read through it (`tuple.__new__`). Both hold by
+    construction in any process. torch alone stores the frame with the type
+    check, a KeyError in every other process (the frame compiles again); the
+    store drops both and serves the frame."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.randn(3)
+    torch.testing.assert_close(tuple(torch.compile(_paired)(x)), (x.sum(), x * 2))
+    PrecompileContext.save_to_dynamo_cache()
+    assert _stored_variants(_paired) == [(False, 1)]
+    reset()
+    _reset_precompile_entries(_paired.__code__)
+    # A new process has none of the globals Dynamo bound here.
+    for name in [n for n in globals() if n.startswith("___unnamed_scope_")]:
+        monkeypatch.delitem(globals(), name)
+    counters.clear()
+    try:
+        # Not under fail_on_recompile: the loaded code calls `_Pair._make`,
+        # a frame with tensors that Dynamo looks at (and skips) on every
+        # torch, with or without a store.
+        again = torch.compile(_paired)(x)
+        assert type(again) is _Pair
+        torch.testing.assert_close(tuple(again), (x.sum(), x * 2))
+        assert counters["precompile"]["frames_loaded"] == 1, dict(counters["precompile"])
+        assert counters["stats"]["unique_graphs"] == 0
+        assert counters["precompile"]["frames_recompiled"] == 0
+    finally:
+        _reset_precompile_entries(_paired.__code__)
 
 
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:

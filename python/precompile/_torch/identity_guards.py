@@ -1,4 +1,4 @@
-"""Identity guards torch drops under `caching_precompile`: kept on enum members and stored; kept on other globals, their frame left unstored, unless a name rebinds the object."""
+"""Identity guards torch drops under `caching_precompile`: kept on enum members and stored; kept on other globals, their frame left unstored, unless a name rebinds the object. Guards on a scope only the tracing process binds: dropped where they hold by construction, else the frame left unstored."""
 
 from __future__ import annotations
 
@@ -6,8 +6,10 @@ import enum
 import functools
 import inspect
 import logging
+import re
 import sys
 import threading
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,6 +40,16 @@ def _identity_kind(entry: Any) -> str | None:
     return None
 
 
+# Where Dynamo binds the globals of an inlined function that no module owns
+# (a `NamedTuple`'s generated `__new__`): `install_global_by_id` names the
+# dict by its id in the tracing process, so only that process has the name.
+_UNNAMED_SCOPE_ROOT = re.compile(r"G\['___unnamed_scope_\d+_c\d+'\]")
+
+
+def _in_an_unnamed_scope(path: str) -> bool:
+    return path.startswith("G['___unnamed_scope_")
+
+
 def _under_a_global(path: str) -> bool:
     """Whether the guard reads an object under a global, other than through a
     function's closure cells: a cell of a named function (transformers'
@@ -52,9 +64,9 @@ def rebound_by_name(entry: Any) -> bool:
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
-    function or class), one of the interpreter's static types, an enum member
-    read through its own name, or the function Dynamo inlines for a named
-    TorchScript function."""
+    function or class), a builtin method its class or module binds by name,
+    one of the interpreter's static types, an enum member read through its
+    own name, or the function Dynamo inlines for a named TorchScript function."""
     name = str(entry.name)
     if name.startswith(_BY_NAME):
         return True
@@ -66,10 +78,25 @@ def rebound_by_name(entry: Any) -> bool:
     return (
         inspect.ismodule(value)
         or object_paths.resolves_by_name(value)
+        or _builtin_of_a_named_owner(value)
         or _interpreter_type(value)
         or _enum_member_read_by_name(name, value)
         or _inline_of_a_named_script_function(name, value)
     )
+
+
+def _builtin_of_a_named_owner(value: object) -> bool:
+    """Whether `value` is a builtin method its owner binds under its name
+    (`tuple.__new__`), the owner a class or module that imports by name: it
+    has no module of its own to be found by, yet `getattr(owner, name)` gives
+    the one object in every process. Each `NamedTuple` calls it through a
+    global of its generated `__new__` (`_tuple_new`), which Dynamo guards."""
+    if not isinstance(value, types.BuiltinMethodType):
+        return False
+    owner = value.__self__
+    if not (inspect.ismodule(owner) or (isinstance(owner, type) and object_paths.resolves_by_name(owner))):
+        return False
+    return getattr(owner, value.__name__, None) is value
 
 
 def _interpreter_type(value: object) -> bool:
@@ -241,7 +268,19 @@ def _filter(
         result = []
         for keep, entry in zip(wanted, entries):
             kind = _identity_kind(entry) if keep else None
-            if kind is None:
+            if keep and kind is None and _in_an_unnamed_scope(str(entry.name)):
+                # Nothing in a loading process binds the scope's name: the
+                # type check on it holds by construction and is dropped;
+                # any other check on it would fail with a KeyError there.
+                if entry.guard_type == "TYPE_MATCH" and _UNNAMED_SCOPE_ROOT.fullmatch(str(entry.name)):
+                    result.append(False)
+                    continue
+                kept[id(entry.orig_guard)] = (
+                    f"{entry.guard_type} guard on {entry.name} reads the globals of a function no module "
+                    "owns, which only this process binds; the frame is compiled with the guard and not stored"
+                )
+                result.append(True)
+            elif kind is None:
                 result.append(bool(keep))
             elif _kept_by_name(entry):
                 result.append(True)
