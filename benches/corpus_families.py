@@ -1,6 +1,7 @@
 """Extended corpus families beyond text and image classifiers: state-space and
 recurrent models, diffusion denoisers, detection and segmentation heads, a
-second MoE, a vocoder, a neural audio codec and a windowed vision transformer.
+second MoE, a vocoder, a neural audio codec, a windowed vision transformer and
+a classifier trained through auxiliary heads.
 
 Each is a tiny random-weight config from a PyPI package, called as a user
 calls it. Part of corpus.EXTENDED; the helpers (`_infer`, `device`, the bench's
@@ -384,6 +385,34 @@ def generate_static() -> Calls:
     return _generate("static")
 
 
+def googlenet_train() -> Calls:
+    """GoogLeNet trained with its auxiliary heads: in training mode the model
+    returns a `NamedTuple` (`GoogLeNetOutputs`) built inside the compiled
+    frame. Compiled forward and backward, eager optimizer step."""
+    import torchvision.models as tvm
+
+    c = _corpus()
+    model = tvm.googlenet(weights=None, aux_logits=True, init_weights=False, num_classes=10).train().to(c.device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    images = [torch.randn(2, 3, 96, 96, device=c.device) for _ in range(2)]
+
+    def calls() -> list[torch.Tensor]:
+        fn = c.compile_fn(model)
+        losses = []
+        for x in images:
+            out = fn(x)
+            loss = out.logits.logsumexp(-1).mean() + 0.3 * (
+                out.aux_logits1.square().mean() + out.aux_logits2.square().mean()
+            )
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            losses.append(loss.detach())
+        return losses
+
+    return calls
+
+
 FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "mamba": ("transformers", mamba),
     "unet": ("diffusers", unet),
@@ -404,4 +433,5 @@ FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
     "sam": ("transformers", sam),
     "generate": ("transformers", generate),
     "generate_static": ("transformers", generate_static),
+    "googlenet_train": ("torchvision", googlenet_train),
 }

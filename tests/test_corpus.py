@@ -1,7 +1,7 @@
 """Real models warm-start whole: every frame and recompile of the cold process loads.
 
 The corpus (benches/corpus.py: torchvision conv nets, GPT-2, Llama, Mistral, BERT, T5, a
-training step; PRECOMPILE_CORPUS=extended or all runs 47 more) is compiled once in one
+training step; PRECOMPILE_CORPUS=extended or all runs 48 more) is compiled once in one
 cold process, then run again in one fresh process that has only the store: new
 Inductor and Triton cache dirs, a compiler spy on PATH. Per model, the outputs must be identical and the
 fresh process must trace and compile nothing: no FX-graph or AOTAutograd

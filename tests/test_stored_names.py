@@ -17,6 +17,7 @@ NAMES = ("_import_checked", "_import_script_function", "_rebuild_dict_subclass",
 STORED = (
     *NAMES,
     "_import_custom_op",
+    "_new_generator",
     "_rebuild_dim_marked",
     "_rebuild_optimizer",
     "_rebuild_parametrized_module",

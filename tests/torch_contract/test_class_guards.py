@@ -3,7 +3,7 @@
 A class-identity guard is kept and checked; an object made anew on each
 read compiles, saves and loads; a guard state that cannot be pickled
 bypasses the frame; a local class is refused as torch refuses it; a
-`NamedTuple` built in the frame loads.
+`NamedTuple` built in the frame and a generator passed to it load.
 """
 
 from __future__ import annotations
@@ -126,6 +126,40 @@ def test_a_named_tuple_built_in_the_frame_loads(store: Path, monkeypatch: pytest
         assert counters["precompile"]["frames_recompiled"] == 0
     finally:
         _reset_precompile_entries(_paired.__code__)
+
+
+def _noisy(x: torch.Tensor, g: torch.Generator) -> torch.Tensor:
+    # Dynamo breaks the graph at the sampling call and guards the type of g.
+    return (x + torch.randn(x.shape, generator=g)).sin()
+
+
+def test_a_generator_argument_loads(store: Path) -> None:
+    """torch pickles a generator with its state, which the guard-state
+    pickler turns into a fake tensor, and `Generator.__setstate__` raises on
+    that at load: torch alone fails the call with a SystemError. The store
+    saves the generator's device; the loaded frames draw from the caller's
+    generator, as the compiled ones did."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.zeros(3)
+    expected = _noisy(x, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(torch.compile(_noisy)(x, torch.Generator().manual_seed(7)), expected)
+    PrecompileContext.save_to_dynamo_cache()
+    reset()
+    _reset_precompile_entries(_noisy.__code__)
+    counters.clear()
+    try:
+        g = torch.Generator().manual_seed(7)
+        torch.testing.assert_close(torch.compile(_noisy)(x, g), expected)
+        assert counters["precompile"]["frames_loaded"] == 2, dict(counters["precompile"])
+        assert counters["precompile"]["miss_guards_unreadable"] == 0
+        assert counters["stats"]["unique_graphs"] == 0
+        # The call drew from g: the next draw is eager's second one.
+        following = torch.Generator().manual_seed(7)
+        torch.randn(3, generator=following)
+        torch.testing.assert_close(torch.randn(3, generator=g), torch.randn(3, generator=following))
+    finally:
+        _reset_precompile_entries(_noisy.__code__)
 
 
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:

@@ -20,6 +20,7 @@ from .stored import (
     _import_checked,
     _import_custom_op,
     _import_script_function,
+    _new_generator,
     _rebuild_dict_subclass,
     _rebuild_dim_marked,
     _rebuild_guarded_function,
@@ -306,6 +307,24 @@ def _optimizer_as_saved() -> _Rule | None:
     return rule
 
 
+def _generator_by_device() -> _Rule | None:
+    """A `torch.Generator` is saved as its device alone.
+
+    A frame taking a generator (`torch.randn(..., generator=g)`) guards its
+    type, so its guard state carries it; torch pickles a generator with its
+    state tensor, which the guard-state pickler saves as a fake tensor, and
+    `Generator.__setstate__` raises on that at load (torch alone: a
+    SystemError out of the call in every other process). No guard reads a
+    generator's state or seed: the loading process gets a new generator on
+    the same device (`_new_generator`), enough to rebuild guards on its type.
+    """
+
+    def rule(pickler: Any, obj: Any) -> Any:
+        return (_new_generator, (str(obj.device),)) if type(obj) is torch.Generator else None
+
+    return rule
+
+
 def _local_classes() -> _Rule | None:
     """A class torch cannot name that a module-level name reaches, and the
     instances of such a class, are saved by that name. See
@@ -320,6 +339,7 @@ _REDUCER_RULES: tuple[Callable[[], _Rule | None], ...] = (
     _function_by_value,
     _script_function_by_name,
     _custom_op_by_name,
+    _generator_by_device,
     _unguarded_bystander,
     _dict_subclass_items,
     _named_reads,

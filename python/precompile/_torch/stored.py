@@ -85,6 +85,13 @@ def _rebuild_optimizer(cls: type, attributes: dict[str, Any]) -> Any:
     return optimizer
 
 
+def _new_generator(device: str) -> torch.Generator:
+    """A generator `_generator_by_device` saved: a new one on its device."""
+    if not isinstance(device, str):
+        raise TypeError(f"a generator's device is a string, not {type(device).__name__}")
+    return torch.Generator(device=device)
+
+
 def _rebuild_guarded_function(
     code: types.CodeType,
     scope: str,
