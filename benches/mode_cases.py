@@ -3,8 +3,8 @@ warm-start test (tests/test_modes.py) and bench (benches/modes.py).
 
 Each case compiles a transformer block (pre-norm attention and an MLP, about 200k
 parameters) one way: a `torch.compile` mode, dynamic shapes, fullgraph, a plain function,
-a bound method, a decorated method, inference mode, autocast, a training step with the
-optimizer step compiled. Every case has its own code object (its own subclass or
+a bound method, a decorated method, a `functools.partial`, a callable object, inference
+mode, autocast, a training step with the optimizer step compiled. Every case has its own code object (its own subclass or
 function), so no two `torch.compile` wrappers of one function meet in one process.
 
 `DecoratedMethod` applies `@torch.compile` when this module is imported: a process that
@@ -14,6 +14,7 @@ store entry when the wrapper is made).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import torch
@@ -107,6 +108,21 @@ def plain_function(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch
     return x + torch.nn.functional.gelu(x @ w1) @ w2
 
 
+def bound_weights(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """The MLP half again, compiled through a `functools.partial` binding its weights."""
+    return x + torch.nn.functional.gelu(x @ w1) @ w2
+
+
+class Runner:
+    """A callable object that runs a model, as serving code wraps one."""
+
+    def __init__(self, model: Block) -> None:
+        self.model = model
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.block(x)
+
+
 def _train_step(model: Block, opt: torch.optim.Optimizer, x: torch.Tensor) -> torch.Tensor:
     loss = model.block(x).pow(2).mean()
     loss.backward()
@@ -184,6 +200,19 @@ def decorated_method(device: str) -> list[torch.Tensor]:
         return [model(_x(device))]
 
 
+def partial(device: str) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    w1, w2 = torch.randn(D, HIDDEN, device=device) / D**0.5, torch.randn(HIDDEN, D, device=device) / HIDDEN**0.5
+    fn = torch.compile(functools.partial(bound_weights, w1=w1, w2=w2))
+    return [fn(_x(device))]
+
+
+def callable_object(device: str) -> list[torch.Tensor]:
+    fn = torch.compile(Runner(_model(Block, device)))
+    with torch.no_grad():
+        return [fn(_x(device))]
+
+
 def inference_mode(device: str) -> list[torch.Tensor]:
     fn = torch.compile(_model(InferenceMode, device))
     with torch.inference_mode():
@@ -220,6 +249,8 @@ CASES: dict[str, Case] = {
     "function": function,
     "bound_method": bound_method,
     "decorated_method": decorated_method,
+    "partial": partial,
+    "callable_object": callable_object,
     "inference_mode": inference_mode,
     "autocast_bf16": _autocast(AutocastBf16, torch.bfloat16),
     "autocast_fp16": _autocast(AutocastFp16, torch.float16),

@@ -3,7 +3,8 @@
 benches/mode_cases.py compiles a small transformer block every way a user calls
 `torch.compile`: `mode="max-autotune"`, `"max-autotune-no-cudagraphs"` and
 `"reduce-overhead"`, `dynamic=True`, `mark_dynamic`, `fullgraph=True`, a plain function,
-a bound method, a decorated method, under `inference_mode`, under bf16 and fp16
+a bound method, a decorated method, a `functools.partial`, a callable object (both of
+which torch alone cannot key: AttributeError), under `inference_mode`, under bf16 and fp16
 autocast, and a training step with the optimizer step compiled. All cases run in one
 cold process, then in one fresh process that has only the store (new Inductor and
 Triton cache dirs, a compiler spy on PATH). Per case, the outputs must be identical

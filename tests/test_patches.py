@@ -522,3 +522,37 @@ def test_shared_lineage_entries_record_every_wrappers_variants(store: Path) -> N
     with off(tc.shared_lineage_entries):
         assert _two_wrappers_two_dtypes() == 1
     forget(_by_dtype)
+
+
+def _scaled_cos(x: torch.Tensor, k: float) -> torch.Tensor:
+    return x.cos() * k
+
+
+class _Shifted:
+    def __init__(self, by: float) -> None:
+        self.by = by
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sin() + self.by
+
+
+def test_callable_objects_store_a_partial_and_a_callable_object(store: Path) -> None:
+    require(tc.callable_objects)
+    import functools
+
+    x = torch.ones(3)
+    forget(_scaled_cos, _Shifted.__call__)
+    torch.testing.assert_close(torch.compile(functools.partial(_scaled_cos, k=2.0))(x), x.cos() * 2)
+    torch.testing.assert_close(torch.compile(_Shifted(1.0))(x), x.sin() + 1)
+    assert len(precompile.save().entries) == 2
+    forget(_scaled_cos, _Shifted.__call__)
+    counters.clear()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        torch.testing.assert_close(torch.compile(functools.partial(_scaled_cos, k=2.0))(x), x.cos() * 2)
+        torch.testing.assert_close(torch.compile(_Shifted(1.0))(x), x.sin() + 1)
+    assert counters["precompile"]["frames_loaded"] == 2, dict(counters["precompile"])
+    forget(_scaled_cos, _Shifted.__call__)
+    # torch keys a wrapper by the callable's own qualified name and code.
+    with off(tc.callable_objects), pytest.raises(AttributeError, match="__qualname__"):
+        torch.compile(functools.partial(_scaled_cos, k=2.0))(x)
+    forget(_scaled_cos, _Shifted.__call__)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import deferred_imports  # noqa: F401
 from .aliases import alias_target, module_alias_recorder, object_aliases
 from .backward import BackwardFailure, compile_pending, pending_backwards
+from .callables import callable_objects
 from .class_body import lookup_deferred
 from .classes import (
     BackendCacheArtifact,
@@ -237,6 +238,7 @@ __all__ = [
     "source_id_of_key",
     "wrapper_lineages",
     "shared_lineage_entries",
+    "callable_objects",
     "source_pickling",
     "start_all",
     "stop_all",

@@ -20,6 +20,7 @@ from . import deferred_imports
 from .aliases import module_alias_recorder, object_aliases
 from .autotune_reuse import autotune_reuse
 from .backward import pending_backwards
+from .callables import callable_objects
 from .class_body import class_body_methods
 from .coordesc import coordesc_winners
 from .ddp_frames import ddp_optimizer_frames
@@ -91,6 +92,8 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("lean_cached_graph_imports", lean_cached_graph_imports),
     ("lean_pickled_globals", lean_pickled_globals),
     ("parametrized_type_guards", parametrized_type_guards),
+    # Before the lineages: their wrapper sets the lineage tag this lookup keys by.
+    ("callable_objects", callable_objects),
     ("wrapper_lineages", wrapper_lineages),
     ("shared_lineage_entries", shared_lineage_entries),
     ("identity_guards", identity_guards),
