@@ -556,3 +556,40 @@ def test_callable_objects_store_a_partial_and_a_callable_object(store: Path) -> 
     with off(tc.callable_objects), pytest.raises(AttributeError, match="__qualname__"):
         torch.compile(functools.partial(_scaled_cos, k=2.0))(x)
     forget(_scaled_cos, _Shifted.__call__)
+
+
+class _DoubledGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
+        return grad * 2
+
+
+def _through_custom_autograd(x: torch.Tensor) -> torch.Tensor:
+    return _DoubledGrad.apply(x.sin()).sum()
+
+
+def _save_warnings() -> list[str]:
+    x = torch.ones(3, requires_grad=True)
+    torch.compile(_through_custom_autograd)(x).backward()
+    with pytest.warns(precompile.PrecompileWarning) as caught:
+        precompile.save()
+    return [str(w.message) for w in caught if "never recorded" in str(w.message)]
+
+
+# torch 2.11's Dynamo instantiates the Function class while tracing it.
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+def test_bypass_reasons_name_why_a_backend_was_never_recorded(store: Path) -> None:
+    require(tc.bypass_reasons)
+    forget(_through_custom_autograd)
+    (warned,) = _save_warnings()
+    assert "AOTAutograd's cache bypassed its graph: Unsupported call_function target autograd_function_apply" in warned
+    assert "TORCHINDUCTOR_AUTOGRAD_CACHE_ALLOW_CUSTOM_AUTOGRAD=1" in warned
+    forget(_through_custom_autograd)
+    with off(tc.bypass_reasons):
+        (warned,) = _save_warnings()
+    assert "bypassed its graph" not in warned
+    forget(_through_custom_autograd)

@@ -22,6 +22,7 @@ from typing import Any
 from ._core import StoreError
 from ._torch import (
     PrecompileCacheEntry,
+    bypass_reasons,
     bypassed_copy,
     compile_pending,
     counters,
@@ -77,9 +78,11 @@ def stitch(dynamo_entry: Any) -> tuple[PrecompileCacheEntry, int]:
         if missing:
             missing_total += len(missing)
             counters["precompile"]["missing_backend"] += len(missing)
+            why = bypass_reasons.reason(missing[0])
+            cause = "" if why is None else f" (AOTAutograd's cache bypassed its graph: {why})"
             warnings.warn(
                 PrecompileWarning(
-                    f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded; "
+                    f"{dynamo_entry.fn_name}: backend {missing[0]} was never recorded{cause}; "
                     "this code will compile again when loaded"
                 ),
                 stacklevel=3,

@@ -15,6 +15,7 @@ from __future__ import annotations
 from . import deferred_imports  # noqa: F401
 from .aliases import alias_target, module_alias_recorder, object_aliases
 from .backward import BackwardFailure, compile_pending, pending_backwards
+from .bypass_reasons import bypass_reasons
 from .callables import callable_objects
 from .class_body import lookup_deferred
 from .classes import (
@@ -239,6 +240,7 @@ __all__ = [
     "wrapper_lineages",
     "shared_lineage_entries",
     "callable_objects",
+    "bypass_reasons",
     "source_pickling",
     "start_all",
     "stop_all",

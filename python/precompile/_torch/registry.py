@@ -20,6 +20,7 @@ from . import deferred_imports
 from .aliases import module_alias_recorder, object_aliases
 from .autotune_reuse import autotune_reuse
 from .backward import pending_backwards
+from .bypass_reasons import bypass_reasons
 from .callables import callable_objects
 from .class_body import class_body_methods
 from .coordesc import coordesc_winners
@@ -66,6 +67,7 @@ _PATCHES: tuple[tuple[str, _Patch], ...] = (
     ("coordesc_winners", coordesc_winners),
     ("guard_evaluation", guard_evaluation),
     ("backend_capture", backend_capture),
+    ("bypass_reasons", bypass_reasons),
     ("pending_backwards", pending_backwards),
     ("object_aliases", object_aliases),
     ("install_hardening", install_hardening),
