@@ -25,6 +25,8 @@ _TRITON_HEURISTICS = "torch._inductor.runtime.triton_heuristics"
 # own compile results (coordinate descent kept a candidate). Documented in
 # docs/FORMAT.md (`static_autotuners`).
 WINNER_ATTR = "_precompile_coordesc_winner"
+# Where a loaded kernel keeps the served winner's config key, for its first launch.
+_SERVED_ATTR = "_precompile_coordesc_served"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +62,9 @@ class _CoordescWinners(_Patch):
     torch's `autotune_cache_info` (its reader, `check_autotune_cache`, run
     once), and nothing compiles or tunes: each graph launches the winner it
     was saved with, even where another graph sharing the kernel's source
-    left another winner in the host's `.best_config`. Anything else (a
+    left another winner in the host's `.best_config`, and where torch makes
+    the kernel's launcher again from an unmarked copy of the winner's config
+    (a reduction on the H100, about one load in eight, tuned again before). Anything else (a
     winner that is not one of the kernel's results, a binary that cannot be
     placed) is torch's own path.
 
@@ -132,6 +136,15 @@ class _CoordescWinners(_Patch):
         def coordinate_descent_tuning(kernel: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(kernel, "heuristic_type", None) in never_tuned:
                 return tune(kernel, launcher, *args, **kwargs)
+            served = kernel.__dict__.get(_SERVED_ATTR)
+            config = getattr(launcher, "config", None)
+            if served is not None and config is not None and to_hashable(config) == served:
+                # The stored winner, launched through a launcher torch made
+                # again from an unmarked copy of its config (seen on CUDA for
+                # a reduction whose launchers were rebuilt after the load):
+                # it was tuned where it was saved, so it is not tuned again.
+                config.found_by_coordesc = True
+                return launcher
             made: dict[Hashable, Any] = {}
             token = capture._tuning.set((kernel, made))
             try:
@@ -152,6 +165,7 @@ class _CoordescWinners(_Patch):
             chosen, kernel.autotune_cache_info = served
             kernel.compile_results = [chosen]
             chosen.config.found_by_coordesc = True
+            kernel.__dict__[_SERVED_ATTR] = to_hashable(chosen.config)
             counters["precompile"]["coordesc_winners_loaded"] += 1
             return None
 
