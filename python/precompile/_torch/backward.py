@@ -100,7 +100,8 @@ class _PendingBackwards(_Patch):
     save and torch's own backward call.
 
     Torch versions: 2.11 and newer (`AOTDispatchAutograd.post_compile` takes
-    the lazy backward as arguments on 2.11, as one compile spec on newer).
+    the lazy backward as arguments on 2.11, as one compile spec on newer; the
+    backward compiler is the config's on 2.11 and 2.12, the spec's after).
     Steps aside: `_apply` replaces nothing where `AOTDispatchAutograd` has no
     static `post_compile`; a call whose arguments are neither shape, or whose
     backward is already compiled, passes through untouched.
@@ -154,7 +155,10 @@ class _PendingBackwards(_Patch):
         elif len(named) == 1:  # newer: one compile spec
             spec = next(iter(named.values()))
             parts = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
-            compile_fn = parts.get("bw_compiler")
+            # 2.12's spec has no compiler of its own: its config's is read.
+            compile_fn = (
+                parts["bw_compiler"] if "bw_compiler" in parts else getattr(parts["aot_config"], "bw_compiler", None)
+            )
         else:
             return args, kwargs
         info, aot_config = parts.get("lazy_backward_info"), parts["aot_config"]
@@ -169,12 +173,15 @@ class _PendingBackwards(_Patch):
         ):
             return args, kwargs
         compiler = _OnceCompiler(compile_fn)
-        if spec is not None:
+        if spec is not None and "bw_compiler" in parts:
             named[next(iter(named))] = dataclasses.replace(spec, bw_compiler=compiler)
         else:
-            # 2.11 reads the compiler from its config at backward time.
+            # 2.11 and 2.12 read the compiler from the config at backward time.
             aot_config = dataclasses.replace(aot_config, bw_compiler=compiler)
-            named["aot_config"] = aot_config
+            if spec is not None:
+                named[next(iter(named))] = dataclasses.replace(spec, aot_config=aot_config)
+            else:
+                named["aot_config"] = aot_config
         pending = _Pending(
             backend_id=backend_id,
             compiler=compiler,
