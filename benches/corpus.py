@@ -261,15 +261,19 @@ _TINY_VIT = dict(
 
 def _train_step(model: torch.nn.Module, loss_of: Callable[..., torch.Tensor], lengths: tuple[int, ...]) -> Calls:
     """Compiled forward and backward per length, eager optimizer step."""
+    return _train_steps(model, loss_of, [_ids(256, 2, n) for n in lengths])
+
+
+def _train_steps(model: torch.nn.Module, loss_of: Callable[..., torch.Tensor], batches: list[torch.Tensor]) -> Calls:
+    """Compiled forward and backward per batch (`loss_of(compiled, batch)`), eager SGD step."""
     model = model.train().to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    batches = [_ids(256, 2, n) for n in lengths]
 
     def calls() -> list[torch.Tensor]:
         fn = compile_fn(model)
         losses = []
-        for ids in batches:
-            loss = loss_of(fn, ids)
+        for batch in batches:
+            loss = loss_of(fn, batch)
             loss.backward()
             opt.step()
             opt.zero_grad()

@@ -391,26 +391,15 @@ def googlenet_train() -> Calls:
     frame. Compiled forward and backward, eager optimizer step."""
     import torchvision.models as tvm
 
+    def loss_of(fn: Callable, x: torch.Tensor) -> torch.Tensor:
+        out = fn(x)
+        return out.logits.logsumexp(-1).mean() + 0.3 * (
+            out.aux_logits1.square().mean() + out.aux_logits2.square().mean()
+        )
+
     c = _corpus()
-    model = tvm.googlenet(weights=None, aux_logits=True, init_weights=False, num_classes=10).train().to(c.device)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    images = [torch.randn(2, 3, 96, 96, device=c.device) for _ in range(2)]
-
-    def calls() -> list[torch.Tensor]:
-        fn = c.compile_fn(model)
-        losses = []
-        for x in images:
-            out = fn(x)
-            loss = out.logits.logsumexp(-1).mean() + 0.3 * (
-                out.aux_logits1.square().mean() + out.aux_logits2.square().mean()
-            )
-            loss.backward()
-            opt.step()
-            opt.zero_grad()
-            losses.append(loss.detach())
-        return losses
-
-    return calls
+    model = tvm.googlenet(weights=None, aux_logits=True, init_weights=False, num_classes=10)
+    return c._train_steps(model, loss_of, [torch.randn(2, 3, 96, 96, device=c.device) for _ in range(2)])
 
 
 FAMILIES: dict[str, tuple[str, Callable[[], Calls]]] = {
