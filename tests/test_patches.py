@@ -304,11 +304,13 @@ def test_backend_setup_gc_defers_full_collections(store: Path, monkeypatch: pyte
     deferred = max(before, getattr(torch._dynamo.config, "gc_gen2_threshold_during_compile", None) or 1000)
     assert deferred != before, "full collections are deferred already outside torch.compile"
     spy()
-    torch.compile(_sin_plus)  # backend setup runs as torch.compile wraps
+    torch.compile(_sin_plus)  # backend setup runs as torch.compile wraps (twice on torch 2.12)
+    installed = set(seen)
+    seen.clear()
     with off(tc.backend_setup_gc):
         spy()
         torch.compile(_sin_plus)
-    assert seen == [deferred, before]
+    assert (installed, set(seen)) == ({deferred}, {before})
 
 
 def test_guard_state_handoff_gives_install_the_checked_state(store: Path) -> None:

@@ -104,11 +104,11 @@ def test_named_class_guards_serialize_a_class_identity_guard(store: Path) -> Non
     assert _recorded(_by_class, x, _Scaled()) == [(False, 1)]
     with off(tc.named_class_guards):
         # Without it the class guard is not saved: newer torch bypasses the
-        # frame, torch 2.11 fails the compile (its guard state is missing).
+        # frame, torch 2.11 and 2.12 fail the compile (the guard state is missing).
         try:
             recorded = _recorded(_by_class, x, _Scaled())
         except AssertionError:
-            assert torch.__version__.startswith("2.11"), "only torch 2.11 fails the compile here"
+            assert torch.__version__.startswith(("2.11", "2.12")), "only torch 2.11 and 2.12 fail the compile here"
         else:
             assert recorded == [(True, 0)]
 

@@ -220,7 +220,10 @@ class _IdentityGuards(_Patch):
                 init(manager, *args, **kwargs)
                 return
             kept: dict[int, str] = {}
-            bound.arguments["guard_filter_fn"] = _filter(bound.arguments.get("guard_filter_fn"), kept)
+            scope = getattr(bound.arguments.get("output_graph"), "global_scope", None)
+            bound.arguments["guard_filter_fn"] = _filter(
+                bound.arguments.get("guard_filter_fn"), kept, scope if isinstance(scope, dict) else {}
+            )
             previous = getattr(hook._kept, "guards", None)
             hook._kept.guards = kept
             try:
@@ -257,11 +260,12 @@ class _IdentityGuards(_Patch):
 
 
 def _filter(
-    user: Callable[[Sequence[Any]], Sequence[bool]] | None, kept: dict[int, str]
+    user: Callable[[Sequence[Any]], Sequence[bool]] | None, kept: dict[int, str], scope: dict[str, Any]
 ) -> Callable[[Sequence[Any]], Sequence[bool]]:
     """torch's `caching_precompile` guard filter, except that an identity
     guard on a global holding an object no name rebinds is kept (recorded in `kept`, by the
-    guard's id, with the reason its frame is not stored)."""
+    guard's id, with the reason its frame is not stored). `scope`: the
+    globals of the frame being compiled."""
 
     def guard_filter_fn(entries: Sequence[Any]) -> Sequence[bool]:
         wanted = user(entries) if user is not None else [True] * len(entries)
@@ -284,7 +288,12 @@ def _filter(
                 result.append(bool(keep))
             elif _kept_by_name(entry):
                 result.append(True)
-            elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry):
+            elif (
+                kind in _IDENTITY
+                and _under_a_global(str(entry.name))
+                and not rebound_by_name(entry)
+                and not _method_of_a_named_class(str(entry.name), entry, scope)
+            ):
                 what = type(entry.value).__name__ if entry.has_value else "object"
                 kept[id(entry.orig_guard)] = (
                     f"{kind} guard on {entry.name} checks the identity of a {what} that no name binds "
@@ -299,6 +308,27 @@ def _filter(
         return result
 
     return guard_filter_fn
+
+
+# A guard on one attribute of a global: `G['Pair'].__new__`.
+_GLOBAL_ATTRIBUTE = re.compile(r"G\['(?P<name>[A-Za-z_]\w*)'\]\.(?P<attr>[A-Za-z_]\w*)")
+
+
+def _method_of_a_named_class(path: str, entry: Any, scope: dict[str, Any]) -> bool:
+    """Whether the guard reads a function a global class binds under the read
+    name (`G['Pair'].__new__`), the class one that imports by name: the
+    loading process's class of that name binds its own, as a module binds
+    its functions. A `NamedTuple`'s `__new__` is generated with a module
+    of its own that does not exist, so its own names find nothing."""
+    match = _GLOBAL_ATTRIBUTE.fullmatch(path)
+    if match is None or not entry.has_value:
+        return False
+    owner = scope.get(match["name"])
+    if not (isinstance(owner, type) and object_paths.resolves_by_name(owner)):
+        return False
+    bound = object_paths.lookup(owner, match["attr"])
+    bound = getattr(bound, "__func__", bound)  # a staticmethod or classmethod
+    return isinstance(bound, types.FunctionType) and bound is entry.value
 
 
 def _kept_by_name(entry: Any) -> bool:
