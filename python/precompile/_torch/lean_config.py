@@ -29,7 +29,14 @@ def _compile_fx_variant() -> str | None:
     text = source_block("torch._inductor.compile_fx", r"^def get_patched_config_dict\(.*?(?=^[A-Za-z_@])")
     if text is None:
         return None
-    return {_ROUTED: "routed", _PLAIN: "plain"}.get(text)
+    # By body: the signature's annotations are spelled differently across
+    # releases (2.12: `str | dict[str, Any] | None`) for the same steps.
+    return {_body(_ROUTED): "routed", _body(_PLAIN): "plain"}.get(_body(text))
+
+
+def _body(text: str) -> str:
+    """A whitespace-free function definition after its signature."""
+    return text.partition("->dict[str,Any]:")[2]
 
 
 class _LeanBackendConfig(_Patch):
@@ -45,7 +52,8 @@ class _LeanBackendConfig(_Patch):
     has loaded; `compile_fx` is imported when a frame must compile.
 
     Torch versions: 2.11 and newer, where `get_patched_config_dict` reads as
-    one of the two known bodies (checked against the source file).
+    one of the two known bodies (checked against the source file, whatever
+    its signature's annotations).
     Steps aside: `_apply` replaces nothing where the function reads otherwise,
     or the backend's `get_compiler_config` is not torch's.
     """
