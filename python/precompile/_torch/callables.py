@@ -71,14 +71,11 @@ class _CallableObjects(_Patch):
                 package is None
                 or not dynamo_config.caching_precompile
                 or package.is_initialized()
-                or isinstance(fn, (type, torch.nn.Module))
-                or hasattr(fn, "__code__")
+                or hasattr(fn, "__code__")  # a function or method: torch keys it itself
             ):
                 return original_call(context, fn)
             owner = code_owner(fn)
-            if owner is None:
-                return original_call(context, fn)
-            if not install_loaded(package, owner) and not package.is_initialized():
+            if owner is not None and not install_loaded(package, owner) and not package.is_initialized():
                 package.initialize(owner, None, ignore_inlined_sources=False)
             return original_call(context, fn)
 

@@ -64,9 +64,9 @@ class _CoordescWinners(_Patch):
     was saved with, even where another graph sharing the kernel's source
     left another winner in the host's `.best_config`, and where torch makes
     the kernel's launcher again from an unmarked copy of the winner's config
-    (a reduction on the H100, about one load in eight, tuned again before). Anything else (a
-    winner that is not one of the kernel's results, a binary that cannot be
-    placed) is torch's own path.
+    (a reduction on the H100, about one load in eight, tuned again before).
+    Anything else (a winner that is not one of the kernel's results, a
+    binary that cannot be placed) is torch's own path.
 
     Torch versions: 2.11 and newer.
     Steps aside: replaces nothing where `CachingAutotuner` lacks

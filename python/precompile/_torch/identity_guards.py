@@ -10,7 +10,7 @@ import re
 import sys
 import threading
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -59,14 +59,16 @@ def _under_a_global(path: str) -> bool:
     return path.startswith("G[") and "__closure__" not in path
 
 
-def rebound_by_name(entry: Any) -> bool:
+def rebound_by_name(entry: Any, scope: Mapping[str, Any]) -> bool:
     """Whether a loading process binds the guarded object again by name, so
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
     function or class), a builtin method its class or module binds by name,
-    one of the interpreter's static types, an enum member read through its
-    own name, or the function Dynamo inlines for a named TorchScript function."""
+    a function a named global class of the frame (`scope`, its globals)
+    binds, one of the interpreter's static types, an enum member read
+    through its own name, or the function Dynamo inlines for a named
+    TorchScript function."""
     name = str(entry.name)
     if name.startswith(_BY_NAME):
         return True
@@ -79,6 +81,7 @@ def rebound_by_name(entry: Any) -> bool:
         inspect.ismodule(value)
         or object_paths.resolves_by_name(value)
         or _builtin_of_a_named_owner(value)
+        or _method_of_a_named_class(name, value, scope)
         or _interpreter_type(value)
         or _enum_member_read_by_name(name, value)
         or _inline_of_a_named_script_function(name, value)
@@ -288,12 +291,7 @@ def _filter(
                 result.append(bool(keep))
             elif _kept_by_name(entry):
                 result.append(True)
-            elif (
-                kind in _IDENTITY
-                and _under_a_global(str(entry.name))
-                and not rebound_by_name(entry)
-                and not _method_of_a_named_class(str(entry.name), entry, scope)
-            ):
+            elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry, scope):
                 what = type(entry.value).__name__ if entry.has_value else "object"
                 kept[id(entry.orig_guard)] = (
                     f"{kind} guard on {entry.name} checks the identity of a {what} that no name binds "
@@ -314,21 +312,21 @@ def _filter(
 _GLOBAL_ATTRIBUTE = re.compile(r"G\['(?P<name>[A-Za-z_]\w*)'\]\.(?P<attr>[A-Za-z_]\w*)")
 
 
-def _method_of_a_named_class(path: str, entry: Any, scope: dict[str, Any]) -> bool:
+def _method_of_a_named_class(path: str, value: object, scope: Mapping[str, Any]) -> bool:
     """Whether the guard reads a function a global class binds under the read
     name (`G['Pair'].__new__`), the class one that imports by name: the
     loading process's class of that name binds its own, as a module binds
     its functions. A `NamedTuple`'s `__new__` is generated with a module
     of its own that does not exist, so its own names find nothing."""
     match = _GLOBAL_ATTRIBUTE.fullmatch(path)
-    if match is None or not entry.has_value:
+    if match is None:
         return False
     owner = scope.get(match["name"])
     if not (isinstance(owner, type) and object_paths.resolves_by_name(owner)):
         return False
     bound = object_paths.lookup(owner, match["attr"])
     bound = getattr(bound, "__func__", bound)  # a staticmethod or classmethod
-    return isinstance(bound, types.FunctionType) and bound is entry.value
+    return isinstance(bound, types.FunctionType) and bound is value
 
 
 def _kept_by_name(entry: Any) -> bool:
