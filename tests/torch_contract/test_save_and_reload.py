@@ -81,6 +81,36 @@ def test_a_graph_break_reload_installs_every_backend(store: Path) -> None:
         torch.testing.assert_close(torch.compile(_with_break)(x), expected)
 
 
+# Dynamo reads `.grad` of the resume frame's non-leaf input while it traces.
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf")
+def test_a_backend_taken_out_after_its_backward_ran_is_saved_missing(store: Path) -> None:
+    """torch's contract (test_package's `test_graph_break_partial_backend`): a
+    backend no longer in PrecompileContext at save is saved missing, and the
+    loading process compiles that one frame again. The store keeps each
+    deferred backward to compile at save; one whose backward torch already
+    ran (and recorded then) is not recorded again."""
+    _sin_cos, _cos_plus, _with_break = functions()
+    x = torch.randn(3, 2, requires_grad=True)
+    expected = torch.compile(_with_break)(x)
+    expected.sum().backward()
+    (dynamo_entry,) = PrecompileContext._dynamo_cache_entries.values()
+    (resumed,) = [c for c in dynamo_entry.codes if any("resume" in n for n in c.function_names)]
+    (backend_id,) = resumed.backend_ids
+    del PrecompileContext._backend_artifacts_by_key[backend_id]
+    with pytest.warns(precompile.PrecompileWarning, match=f"{backend_id} was never recorded"):
+        info = PrecompileContext.save_to_dynamo_cache()
+    assert info["precompile"]["missing_backends"] == 1
+    reset()
+    compiled = counters["frames"]["total"]
+    with pytest.warns(precompile.PrecompileWarning, match=r"miss \(bypassed\)"):
+        again = torch.compile(_with_break)(x.detach().clone().requires_grad_(True))
+    again.sum().backward()
+    torch.testing.assert_close(again, expected)
+    assert counters["precompile"]["frames_loaded"] == 1, dict(counters["precompile"])
+    # One frame compiled again: the resume frame, whose backend was missing.
+    assert counters["frames"]["total"] == compiled + 1
+
+
 def test_fail_on_recompile_still_fails_without_an_entry(store: Path) -> None:
     _sin_cos, _cos_plus, _with_break = functions()
     torch.compile(_sin_cos)(torch.randn(3, 2))

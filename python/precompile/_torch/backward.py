@@ -61,6 +61,11 @@ class _OnceCompiler:
         self._compiled: Any = None
         self._lock = threading.Lock()
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the backward is compiled (by the save or by torch's call)."""
+        return self._compiled is not None
+
     def __call__(self, module: Any, placeholders: Any, prepare: Callable[[], None] | None = None) -> Any:
         """The compiled backward; `prepare` runs first if this call compiles."""
         with self._lock:
@@ -208,6 +213,13 @@ class _PendingBackwards(_Patch):
         compiled, failed = [], []
         for key, info, pending in chosen:
             if info is None:
+                continue
+            if pending.compiler.compiled:
+                # torch's backward call compiled it and recorded the backend
+                # then: one missing now was taken out of PrecompileContext
+                # after, and is saved missing, as torch saves it.
+                with self._lock:
+                    self._pending.pop(key, None)
                 continue
             try:
                 with _in_process() if in_process else contextlib.nullcontext():
