@@ -13,7 +13,10 @@ when Dynamo installed it (Dynamo unbinds it once the code using it is
 dropped): its module's import name goes into the code's `import_sources`, the table `install()`
 already uses to bind `__import_*` aliases. Dynamo binds some builtins and
 classes under such aliases too (`iter`, `collections.deque`); those go into the
-table as `module:qualname`, which the store binds itself (`_ObjectAliases`). At load time an alias that is
+table as `module:qualname`, which the store binds itself (`_ObjectAliases`). A
+`torch.Tensor` subclass with `__torch_function__` is bound the same way, as
+`__subclass_<Name>_<id>_c<compile id>` (the code wraps the graph's outputs in
+it), and carried as `module:qualname` too. At load time an alias that is
 neither recorded nor bound makes the entry a miss (`unresolved_global`), not
 a NameError in the user's call.
 """
@@ -29,9 +32,11 @@ from typing import Any
 from . import _torch as tc
 from . import object_paths
 
-__all__ = ["PREFIX", "carry", "code_names", "unresolved"]
+__all__ = ["PREFIXES", "carry", "code_names", "unresolved"]
 
-PREFIX = "___module_"
+# Modules and objects (`___module_*`), and `torch.Tensor` subclasses with
+# `__torch_function__` whose outputs the generated code wraps (`__subclass_*`).
+PREFIXES = ("___module_", "__subclass_")
 
 
 def code_names(code: Any) -> Iterator[str]:
@@ -45,7 +50,7 @@ def code_names(code: Any) -> Iterator[str]:
 def _aliases(code_entry: Any) -> set[str]:
     names: set[str] = set()
     for guarded in tc.guarded_variants(code_entry):
-        names.update(n for n in code_names(guarded.dynamo_code) if n.startswith(PREFIX))
+        names.update(n for n in code_names(guarded.dynamo_code) if n.startswith(PREFIXES))
     return names
 
 

@@ -8,6 +8,7 @@ bypasses the frame; a local class is refused as torch refuses it; a
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import NamedTuple
 
@@ -160,6 +161,83 @@ def test_a_generator_argument_loads(store: Path) -> None:
         torch.testing.assert_close(torch.randn(3, generator=g), torch.randn(3, generator=following))
     finally:
         _reset_precompile_entries(_noisy.__code__)
+
+
+class _Traced(torch.Tensor):
+    """A subclass with `__torch_function__`, as tensor-wrapping libraries write one."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _shifted(x: torch.Tensor) -> torch.Tensor:
+    return x.sin() + 1
+
+
+def test_a_tensor_subclass_with_torch_function_loads(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dynamo binds the subclass under a global it names by the class's id
+    (`__subclass_<Name>_<id>_c<n>`), which the generated code loads to wrap
+    the graph's output in the subclass, and guards `Tensor.__torch_function__`
+    through it. torch alone stores the frame without that global (no other
+    process binds it); the store carries the class by module and name, binds
+    it at install and serves the frame."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    x = torch.arange(3.0).as_subclass(_Traced)
+    out = torch.compile(_shifted)(x)
+    assert type(out) is _Traced
+    PrecompileContext.save_to_dynamo_cache()
+    assert _stored_variants(_shifted) == [(False, 1)]
+    reset()
+    _reset_precompile_entries(_shifted.__code__)
+    # A new process has none of the globals Dynamo bound here.
+    for name in [n for n in globals() if n.startswith("__subclass_")]:
+        monkeypatch.delitem(globals(), name)
+    counters.clear()
+    try:
+        with torch.compiler.set_stance("fail_on_recompile"):
+            again = torch.compile(_shifted)(x)
+        assert type(again) is _Traced
+        torch.testing.assert_close(again.as_subclass(torch.Tensor), out.as_subclass(torch.Tensor))
+        assert counters["precompile"]["frames_loaded"] == 1, dict(counters["precompile"])
+        assert counters["stats"]["unique_graphs"] == 0
+        # A plain tensor is not served the subclass's code.
+        with pytest.raises(RuntimeError, match="fail_on_recompile"), torch.compiler.set_stance("fail_on_recompile"):
+            torch.compile(_shifted)(torch.arange(3.0))
+    finally:
+        _reset_precompile_entries(_shifted.__code__)
+
+
+def test_a_local_tensor_subclass_is_compiled_again_not_served(store: Path) -> None:
+    """A subclass defined in a function has no name another process finds:
+    its frame is never served there (left unstored, or a miss that names the
+    unbound global), and the call runs."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    class Local(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    x = torch.arange(3.0).as_subclass(Local)
+    assert type(torch.compile(_shifted)(x)) is Local
+    with warnings.catch_warnings():
+        # AOTAutograd's cache cannot key a graph over a local class either
+        # (the save says so); what counts is what a loading process does.
+        warnings.simplefilter("ignore", precompile.PrecompileWarning)
+        PrecompileContext.save_to_dynamo_cache()
+    reset()
+    _reset_precompile_entries(_shifted.__code__)
+    counters.clear()
+    try:
+        again = torch.compile(_shifted)(x)
+        assert type(again) is Local
+        torch.testing.assert_close(again.as_subclass(torch.Tensor), x.as_subclass(torch.Tensor).sin() + 1)
+        assert counters["precompile"]["frames_loaded"] == 0, dict(counters["precompile"])
+        assert counters["stats"]["unique_graphs"] == 1
+    finally:
+        _reset_precompile_entries(_shifted.__code__)
 
 
 def _stored_variants(fn: object) -> list[tuple[bool, int]]:

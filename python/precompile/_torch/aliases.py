@@ -15,7 +15,8 @@ from .patch import _Patch
 
 
 class _ModuleAliasRecorder(_Patch):
-    """Remembers which module each `___module_*` global Dynamo installs names.
+    """Remembers which module each `___module_*` global Dynamo installs names,
+    and which class each `__subclass_*` global binds.
 
     Dynamo deletes an installed global once the compiled code that uses it
     is dropped (its cleanup hook), e.g. when a later compile of the same code
@@ -23,13 +24,21 @@ class _ModuleAliasRecorder(_Patch):
     A save at exit would then find the alias unbound and could not carry it.
     Recording the module when the alias is installed keeps it for the save.
 
+    A `torch.Tensor` subclass with `__torch_function__` is bound the same
+    way (`install_global_unsafe`, as `__subclass_<Name>_<id>_c<compile id>`):
+    the generated code loads it to wrap the graph's outputs in the subclass,
+    and guards read the class through it. Recorded as `module:qualname`
+    where that path leads back to the class.
+
     Torch versions: 2.11 and newer: every release deletes an installed global
     with the code that used it.
     Steps aside: `_apply` replaces nothing where
-    `OutputGraph.install_global_by_id` is missing.
+    `OutputGraph.install_global_by_id` is missing, and leaves
+    `install_global_unsafe` alone where that is missing.
     """
 
     PREFIX = "___module_"
+    SUBCLASS_PREFIX = "__subclass_"
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,6 +62,21 @@ class _ModuleAliasRecorder(_Patch):
             return name
 
         self._replace(OutputGraph, "install_global_by_id", install_global_by_id)
+
+        unsafe = OutputGraph.__dict__.get("install_global_unsafe")
+        if unsafe is None:
+            return
+
+        @functools.wraps(unsafe)
+        def install_global_unsafe(self: Any, name: str, value: Any, *args: Any, **kwargs: Any) -> Any:
+            result = unsafe(self, name, value, *args, **kwargs)
+            if isinstance(name, str) and name.startswith(recorder.SUBCLASS_PREFIX) and isinstance(value, type):
+                path = object_paths.object_path(value)
+                if path is not None:
+                    recorder.names[name] = path
+            return result
+
+        self._replace(OutputGraph, "install_global_unsafe", install_global_unsafe)
 
 
 module_alias_recorder = _ModuleAliasRecorder()

@@ -64,7 +64,8 @@ def rebound_by_name(entry: Any, scope: Mapping[str, Any]) -> bool:
     the identity the dropped guard checked holds there too: a module, builtin
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
-    function or class), a builtin method its class or module binds by name,
+    function or class), the function of a class's own classmethod or
+    staticmethod, a builtin method its class or module binds by name,
     a function a named global class of the frame (`scope`, its globals)
     binds, one of the interpreter's static types, an enum member read
     through its own name, or the function Dynamo inlines for a named
@@ -80,12 +81,37 @@ def rebound_by_name(entry: Any, scope: Mapping[str, Any]) -> bool:
     return (
         inspect.ismodule(value)
         or object_paths.resolves_by_name(value)
+        or _function_of_a_named_class(value)
         or _builtin_of_a_named_owner(value)
         or _method_of_a_named_class(name, value, scope)
         or _interpreter_type(value)
         or _enum_member_read_by_name(name, value)
         or _inline_of_a_named_script_function(name, value)
     )
+
+
+def _function_of_a_named_class(value: object) -> bool:
+    """Whether `value` is the function a classmethod or staticmethod wraps
+    (`Tensor.__torch_function__.__func__`, which Dynamo guards through a
+    `torch.Tensor` subclass), its class one that imports by name: its module
+    and qualified name lead to the method, not to the function, yet the
+    loading process's class of that name holds its own under that name.
+    Guarded code reached this way is checked by source, as any inlined
+    function is."""
+    if not isinstance(value, types.FunctionType):
+        return False
+    module = sys.modules.get(str(getattr(value, "__module__", "")))
+    owner_path, _, attr = value.__qualname__.rpartition(".")
+    if module is None or not owner_path or "<locals>" in owner_path:
+        return False
+    try:
+        owner = object_paths.walk(module, owner_path)
+    except AttributeError:
+        return False
+    if not (isinstance(owner, type) and object_paths.resolves_by_name(owner)):
+        return False
+    held = vars(owner).get(attr)
+    return isinstance(held, (classmethod, staticmethod)) and held.__func__ is value
 
 
 def _builtin_of_a_named_owner(value: object) -> bool:
