@@ -12,7 +12,10 @@ instance of a class nested in a class. `function_class`:
 reads the class of a module-level function, as torchvision's
 `_log_api_usage_once` does (an ID_MATCH guard on `G[...].__class__`, the
 interpreter's `function` type). `identity`: branches on `CHOICE is MARK` for
-an instance. With `PRECOMPILE_TEST_OTHER=1` each global
+an instance. `named_alias`: calls a module-level function through another
+global (`NAMED_ACT = _relu`). `cached_helper`: calls a module-level
+`functools.lru_cache` function, which Dynamo traces through (a CLOSURE_MATCH
+guard on `G[...].__wrapped__`). With `PRECOMPILE_TEST_OTHER=1` each global
 holds another object of the same source line (another lambda, another
 instance, an instance of a class made by other code), as a later process
 may. Writes the outputs (OUT_JSON.pt) and the counters (OUT_JSON).
@@ -21,6 +24,7 @@ may. Writes the outputs (OUT_JSON.pt) and the counters (OUT_JSON).
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import os
 import sys
@@ -49,6 +53,22 @@ class Action(enum.Enum):
 
 
 PICK = Action.SCALE if OTHER else Action.NONE
+
+
+def _relu(t: torch.Tensor) -> torch.Tensor:
+    return t.relu()
+
+
+def _sigmoid(t: torch.Tensor) -> torch.Tensor:
+    return t.sigmoid()
+
+
+NAMED_ACT = _sigmoid if OTHER else _relu
+
+
+@functools.cache
+def _inverse_frequencies(dim: int) -> tuple[float, ...]:
+    return tuple(1.0 / (10000 ** (i / dim)) for i in range(0, dim, 2))
 
 
 def _local_class() -> type:
@@ -114,6 +134,14 @@ def through_local_class(x: torch.Tensor, scale: object) -> torch.Tensor:
     return x * scale.factor  # type: ignore[attr-defined]
 
 
+def through_named_alias(x: torch.Tensor) -> torch.Tensor:
+    return NAMED_ACT(x) + 1
+
+
+def through_cached_helper(x: torch.Tensor) -> torch.Tensor:
+    return x * _inverse_frequencies(x.shape[-1])[1]
+
+
 def through_identity(x: torch.Tensor) -> torch.Tensor:
     return x.sin() if CHOICE is MARK else x.cos()
 
@@ -140,6 +168,8 @@ def main() -> None:
         "nested_class": (through_local_class, (x, Outer.Inner())),
         "function_class": (through_function_class, (x,)),
         "identity": (through_identity, (x,)),
+        "named_alias": (through_named_alias, (x,)),
+        "cached_helper": (through_cached_helper, (x,)),
         "enum_member": (through_enum_member, (x, Action.SCALE if OTHER else Action.NONE)),
         "enum_global": (through_enum_global, (x,)),
     }

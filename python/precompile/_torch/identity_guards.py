@@ -1,7 +1,8 @@
-"""Identity guards torch drops under `caching_precompile`: kept on enum members and stored; kept on other globals, their frame left unstored, unless a name rebinds the object. Guards on a scope only the tracing process binds: dropped where they hold by construction, else the frame left unstored."""
+"""Identity guards torch drops under `caching_precompile`: kept on enum members and on globals holding named Python functions, and stored; kept on other globals, their frame left unstored, unless a name rebinds the object. Guards on a scope only the tracing process binds: dropped where they hold by construction, else the frame left unstored."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import inspect
@@ -65,7 +66,8 @@ def rebound_by_name(entry: Any, scope: Mapping[str, Any]) -> bool:
     or function that generated code imports, a global module or builtin, or
     a value whose module and qualified name import back to it (a module-level
     function or class), the function of a class's own classmethod or
-    staticmethod, a builtin method its class or module binds by name,
+    staticmethod, the function a named decorator wrapped (`__wrapped__`),
+    a builtin method its class or module binds by name,
     a function a named global class of the frame (`scope`, its globals)
     binds, one of the interpreter's static types, an enum member read
     through its own name, or the function Dynamo inlines for a named
@@ -82,6 +84,7 @@ def rebound_by_name(entry: Any, scope: Mapping[str, Any]) -> bool:
         inspect.ismodule(value)
         or object_paths.resolves_by_name(value)
         or _function_of_a_named_class(value)
+        or _wrapped_by_a_named_wrapper(value)
         or _builtin_of_a_named_owner(value)
         or _method_of_a_named_class(name, value, scope)
         or _interpreter_type(value)
@@ -112,6 +115,39 @@ def _function_of_a_named_class(value: object) -> bool:
         return False
     held = vars(owner).get(attr)
     return isinstance(held, (classmethod, staticmethod)) and held.__func__ is value
+
+
+def _wrapped_by_a_named_wrapper(value: object) -> bool:
+    """Whether `value` is a function a decorator wrapped (`functools.wraps`,
+    `functools.lru_cache`), and its module and qualified name lead to the
+    wrapper, whose `__wrapped__` chain leads back to it: Dynamo traces the
+    wrapped function and guards it as `G['helper'].__wrapped__`. The loading
+    process's wrapper of that name holds its own, whose source is checked
+    as any inlined function's is."""
+    if not isinstance(value, types.FunctionType):
+        return False
+    module = sys.modules.get(str(getattr(value, "__module__", "")))
+    if module is None or "<locals>" in value.__qualname__:
+        return False
+    try:
+        held = object_paths.walk(module, value.__qualname__)
+    except AttributeError:
+        return False
+    # Only what the decorators stored; no attribute lookup runs user code.
+    for _ in range(_WRAPPER_DEPTH):
+        try:
+            held = vars(held).get("__wrapped__")
+        except TypeError:  # an object without a __dict__
+            return False
+        if held is value:
+            return True
+        if held is None:
+            return False
+    return False
+
+
+# Decorators stacked on one function that `_wrapped_by_a_named_wrapper` follows.
+_WRAPPER_DEPTH = 8
 
 
 def _builtin_of_a_named_owner(value: object) -> bool:
@@ -198,7 +234,9 @@ class _IdentityGuards(_Patch):
     without precompile, and the frame is not stored: its save is a bypass
     whose reason names the guard (`unstorable`-like, `bypassed` when loaded).
     A guard on an object a loading process binds again by name
-    (`rebound_by_name`) is dropped as torch drops it. So are guards on a
+    (`rebound_by_name`) is dropped as torch drops it, except a CLOSURE_MATCH
+    on a Python function, which is kept and stored (`_code_checked`): the
+    global may hold another function there. So are guards on a
     frame's locals and what they reach (transformers' decorators guard the
     closure of the function they are passed, `L['func']`, on every call):
     torch drops those, and keeping them would leave such frames unstored.
@@ -275,13 +313,20 @@ class _IdentityGuards(_Patch):
                     output_graph.bypass_package(f"Guard evaluation failed: {reason}")
                     return b""
             unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
-            if not isinstance(unsupported, tuple) or not all_guards_of_kind_accepted(
-                builder, sorted_guards, "ID_MATCH", _stored_by_name, also=("BUILTIN_MATCH",)
-            ):
-                return serialize(manager, builder, sorted_guards, *args, **kwargs)
-            # torch refuses every ID_MATCH; these rebuild exactly from the
-            # saved state, so the refusal is lifted for this one call.
-            with serializable("ID_MATCH"):
+            lifted = []
+            if isinstance(unsupported, tuple):
+                if all_guards_of_kind_accepted(
+                    builder, sorted_guards, "ID_MATCH", _stored_by_name, also=("BUILTIN_MATCH",)
+                ):
+                    lifted.append("ID_MATCH")
+                if all_guards_of_kind_accepted(builder, sorted_guards, "CLOSURE_MATCH", _python_function):
+                    lifted.append("CLOSURE_MATCH")
+            # torch refuses every ID_MATCH and CLOSURE_MATCH; these rebuild
+            # exactly from the saved state, so the refusal is lifted for
+            # this one call.
+            with contextlib.ExitStack() as stack:
+                for kind in lifted:
+                    stack.enter_context(serializable(kind))
                 return serialize(manager, builder, sorted_guards, *args, **kwargs)
 
         self._replace(CheckFunctionManager, "__init__", __init__)
@@ -324,6 +369,10 @@ def _filter(
                     "in another process; the frame is compiled with the guard and not stored"
                 )
                 result.append(True)
+            elif kind == "CLOSURE_MATCH" and _under_a_global(str(entry.name)) and _code_checked(entry):
+                # Kept and stored: the loading process rebuilds it against its
+                # own function of that name (see `_code_checked`).
+                result.append(True)
             else:
                 # What torch does: the same warning (guard_logs quiets the
                 # names a loading process imports), and the guard dropped.
@@ -353,6 +402,25 @@ def _method_of_a_named_class(path: str, value: object, scope: Mapping[str, Any])
     bound = object_paths.lookup(owner, match["attr"])
     bound = getattr(bound, "__func__", bound)  # a staticmethod or classmethod
     return isinstance(bound, types.FunctionType) and bound is value
+
+
+def _python_function(value: object) -> bool:
+    return type(value) is types.FunctionType
+
+
+def _code_checked(entry: Any) -> bool:
+    """Whether `entry` is a CLOSURE_MATCH guard on a Python function a
+    loading process binds again by name, which is kept and stored rather than
+    dropped as torch drops it.
+
+    Dropped, it let a global that holds another named function there
+    (`ACT = _sigmoid if ... else _relu`, or an import that falls back to
+    another implementation) be served the code traced through this one.
+    Dynamo builds the guard as an equality check on the function's
+    `__code__`; the guard state saves the function by name, so the loading
+    process rebuilds the check against its own function of that name, and a
+    global that holds another function there fails it."""
+    return entry.has_value and _python_function(entry.value)
 
 
 def _kept_by_name(entry: Any) -> bool:
