@@ -66,20 +66,17 @@ def test_bundle_reads_release_the_gil(tmp_path: Path) -> None:
     def one_call() -> None:
         open_bundle(path).verify(parallel=False)  # 128 MiB hashed on the calling thread
 
-    start = time.perf_counter()
-    one_call()
-    call = time.perf_counter() - start
-    done = threading.Event()
+    def longest_stall() -> tuple[float, float]:
+        start = time.perf_counter()
+        one_call()
+        call = time.perf_counter() - start
+        done = threading.Event()
 
-    def calls() -> None:
-        for _ in range(3):
-            one_call()
-        done.set()
+        def calls() -> None:
+            for _ in range(3):
+                one_call()
+            done.set()
 
-    # Had a call held the GIL, this thread would stall for the whole call.
-    old_interval = sys.getswitchinterval()
-    sys.setswitchinterval(0.001)
-    try:
         worker = threading.Thread(target=calls)
         worker.start()
         longest, last = 0.0, time.perf_counter()
@@ -87,9 +84,22 @@ def test_bundle_reads_release_the_gil(tmp_path: Path) -> None:
             now = time.perf_counter()
             longest, last = max(longest, now - last), now
         worker.join()
+        return longest, call
+
+    # Had a call held the GIL, this thread would stall for the whole call, on
+    # every try; a busy host's scheduler can stall it for part of one, so the
+    # best of three tries counts.
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)
+    try:
+        tries = []
+        for _ in range(3):
+            tries.append(longest_stall())
+            if tries[-1][0] < tries[-1][1] / 2:
+                break
     finally:
         sys.setswitchinterval(old_interval)
-    assert longest < call / 2, (longest, call)
+    assert any(longest < call / 2 for longest, call in tries), tries
 
 
 def test_four_processes_load_the_same_entries(
