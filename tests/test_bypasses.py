@@ -10,9 +10,9 @@ named in another process: its frame is not stored either, a `bypassed` miss,
 unless a module-level name reaches it (it holds the class or an instance),
 where it is stored by that name and checked by its code on load.
 An identity test on an instance (`CHOICE is MARK`) is stored with guards
-that reject another instance. A global holding a named function is stored
-with its guard, rebuilt against the loading process's function of that name,
-so a global that holds another function there is refused. Each later process
+that reject another instance. A global holding a named function, builtin or
+class is stored with its guard, rebuilt against the loading process's object
+of that name, so a global that holds another object there is refused. Each later process
 computes what eager does.
 """
 
@@ -137,19 +137,21 @@ def test_a_global_holding_an_enum_member_is_stored_with_its_guard(tmp_path: Path
     assert counter(c, "stats", "unique_graphs") == 1, c["counters"]
 
 
-def test_a_global_naming_another_function_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", ["named_alias", "builtin_alias", "class_alias"])
+def test_a_global_naming_another_object_is_refused(name: str, tmp_path: Path) -> None:
     """`NAMED_ACT = _relu` here, `_sigmoid` in the loading process (a
-    conditional import does this): torch drops the identity guard on the
-    global and serves the code traced through `_relu`, a wrong result. The
-    store keeps the guard and saves the function by name; the loading
-    process rebuilds it against its own `_relu`, refuses the entry and
-    compiles."""
-    a, b = _round_trip("named_alias", tmp_path / "other", OTHER)
+    conditional import does this; the same for a builtin, `torch.relu`, and
+    a class): torch drops the identity guard on the global and serves the
+    code traced through `_relu`, a wrong result. The store keeps the guard
+    and saves the object by name; the loading process rebuilds it against
+    its own `_relu`, refuses the entry and compiles. Where the global holds
+    the same object, the entry loads."""
+    a, b = _round_trip(name, tmp_path / "other", OTHER)
     assert "package bypass" not in a["stderr"], a["stderr"][-3000:]
     assert counter(b, "precompile", "frames_loaded") == 1, b["counters"]
     assert counter(b, "precompile", "miss_guard_failed") == 1, b["counters"]
     assert counter(b, "stats", "unique_graphs") == 1, b["counters"]
-    _, c = _round_trip("named_alias", tmp_path / "same")
+    _, c = _round_trip(name, tmp_path / "same")
     assert counter(c, "precompile", "frames_loaded") == 1, c["counters"]
     assert counter(c, "stats", "unique_graphs") == 0, c["counters"]
 

@@ -13,7 +13,8 @@ reads the class of a module-level function, as torchvision's
 `_log_api_usage_once` does (an ID_MATCH guard on `G[...].__class__`, the
 interpreter's `function` type). `identity`: branches on `CHOICE is MARK` for
 an instance. `named_alias`: calls a module-level function through another
-global (`NAMED_ACT = _relu`). `cached_helper`: calls a module-level
+global (`NAMED_ACT = _relu`); `builtin_alias` and `class_alias` call a
+builtin (`torch.relu`) and a class through another global. `cached_helper`: calls a module-level
 `functools.lru_cache` function, which Dynamo traces through (a CLOSURE_MATCH
 guard on `G[...].__wrapped__`). With `PRECOMPILE_TEST_OTHER=1` each global
 holds another object of the same source line (another lambda, another
@@ -64,6 +65,20 @@ def _sigmoid(t: torch.Tensor) -> torch.Tensor:
 
 
 NAMED_ACT = _sigmoid if OTHER else _relu
+BUILTIN_ACT = torch.sigmoid if OTHER else torch.relu
+
+
+class ReluBlock(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.relu()
+
+
+class SigmoidBlock(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.sigmoid()
+
+
+BLOCK = SigmoidBlock if OTHER else ReluBlock
 
 
 @functools.cache
@@ -138,6 +153,14 @@ def through_named_alias(x: torch.Tensor) -> torch.Tensor:
     return NAMED_ACT(x) + 1
 
 
+def through_builtin_alias(x: torch.Tensor) -> torch.Tensor:
+    return BUILTIN_ACT(x) + 1
+
+
+def through_class_alias(x: torch.Tensor) -> torch.Tensor:
+    return BLOCK()(x) * 2
+
+
 def through_cached_helper(x: torch.Tensor) -> torch.Tensor:
     return x * _inverse_frequencies(x.shape[-1])[1]
 
@@ -170,6 +193,8 @@ def main() -> None:
         "identity": (through_identity, (x,)),
         "named_alias": (through_named_alias, (x,)),
         "cached_helper": (through_cached_helper, (x,)),
+        "builtin_alias": (through_builtin_alias, (x,)),
+        "class_alias": (through_class_alias, (x,)),
         "enum_member": (through_enum_member, (x, Action.SCALE if OTHER else Action.NONE)),
         "enum_global": (through_enum_global, (x,)),
     }

@@ -7,6 +7,7 @@ import enum
 import functools
 import inspect
 import logging
+import pickle
 import re
 import sys
 import threading
@@ -19,7 +20,7 @@ import torch
 from .. import object_paths
 from .custom_ops import is_registered_operator
 from .guard_logs import _BY_NAME, _GLOBAL_MODULE_OR_BUILTIN
-from .named_guards import all_guards_of_kind_accepted, serializable
+from .named_guards import serializable
 from .patch import _Patch
 
 # torch/_dynamo/guards.py: the kinds its `caching_precompile` filter drops.
@@ -234,9 +235,10 @@ class _IdentityGuards(_Patch):
     without precompile, and the frame is not stored: its save is a bypass
     whose reason names the guard (`unstorable`-like, `bypassed` when loaded).
     A guard on an object a loading process binds again by name
-    (`rebound_by_name`) is dropped as torch drops it, except a CLOSURE_MATCH
-    on a Python function, which is kept and stored (`_code_checked`): the
-    global may hold another function there. So are guards on a
+    (`rebound_by_name`) is dropped as torch drops it, unless the guard state
+    saves it by name (`_rebuilt_by_name`, a named function, class or
+    builtin): then it is kept and stored, since the global may hold another
+    object there. So are guards on a
     frame's locals and what they reach (transformers' decorators guard the
     closure of the function they are passed, `L['func']`, on every call):
     torch drops those, and keeping them would leave such frames unstored.
@@ -313,17 +315,9 @@ class _IdentityGuards(_Patch):
                     output_graph.bypass_package(f"Guard evaluation failed: {reason}")
                     return b""
             unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
-            lifted = []
-            if isinstance(unsupported, tuple):
-                if all_guards_of_kind_accepted(
-                    builder, sorted_guards, "ID_MATCH", _stored_by_name, also=("BUILTIN_MATCH",)
-                ):
-                    lifted.append("ID_MATCH")
-                if all_guards_of_kind_accepted(builder, sorted_guards, "CLOSURE_MATCH", _python_function):
-                    lifted.append("CLOSURE_MATCH")
-            # torch refuses every ID_MATCH and CLOSURE_MATCH; these rebuild
-            # exactly from the saved state, so the refusal is lifted for
-            # this one call.
+            lifted = _liftable(builder, sorted_guards) if isinstance(unsupported, tuple) else []
+            # torch refuses every identity guard; these rebuild exactly from
+            # the saved state, so the refusal is lifted for this one call.
             with contextlib.ExitStack() as stack:
                 for kind in lifted:
                     stack.enter_context(serializable(kind))
@@ -369,9 +363,9 @@ def _filter(
                     "in another process; the frame is compiled with the guard and not stored"
                 )
                 result.append(True)
-            elif kind == "CLOSURE_MATCH" and _under_a_global(str(entry.name)) and _code_checked(entry):
+            elif kind in _IDENTITY and _under_a_global(str(entry.name)) and _rebuilt_by_name(entry):
                 # Kept and stored: the loading process rebuilds it against its
-                # own function of that name (see `_code_checked`).
+                # own object of that name (see `_rebuilt_by_name`).
                 result.append(True)
             else:
                 # What torch does: the same warning (guard_logs quiets the
@@ -404,23 +398,80 @@ def _method_of_a_named_class(path: str, value: object, scope: Mapping[str, Any])
     return isinstance(bound, types.FunctionType) and bound is value
 
 
-def _python_function(value: object) -> bool:
-    return type(value) is types.FunctionType
+def _rebuilt_by_name(entry: Any) -> bool:
+    """Whether `entry`, an identity guard on an object a loading process binds
+    again by name, is kept and stored rather than dropped as torch drops it.
+
+    Dropped, it let a global that holds another object of a name there
+    (`ACT = torch.sigmoid` there, `torch.relu` here; `BLOCK` another class;
+    a conditional import that falls back to another implementation) be
+    served the code traced through this one, a wrong result. The guard
+    state saves such an object by name, so the loading process rebuilds the
+    check against its own object of that name: a Python function's by its
+    `__code__` (CLOSURE_MATCH), anything else that pickles by reference (a
+    module-level function or class, a builtin) by identity. A global module,
+    or anything read through an import alias, stays dropped."""
+    name = str(entry.name)
+    # Through a scope only the tracing process binds, the loading process
+    # could not read the guarded object at all (and such a guard holds by
+    # construction: `rebound_by_name`).
+    if entry.guard_type == "MODULE_MATCH" or name.startswith(_BY_NAME) or _in_an_unnamed_scope(name):
+        return False
+    if not entry.has_value:
+        return False
+    value = entry.value
+    if entry.guard_type == "CLOSURE_MATCH" and type(value) is types.FunctionType:
+        return True
+    return _pickled_by_name(value)
 
 
-def _code_checked(entry: Any) -> bool:
-    """Whether `entry` is a CLOSURE_MATCH guard on a Python function a
-    loading process binds again by name, which is kept and stored rather than
-    dropped as torch drops it.
+def _pickled_by_name(value: object) -> bool:
+    """Whether pickle saves `value` by reference: a module-level function or
+    class, or a builtin (`torch.relu`, found through the class that binds
+    it), which pickle never saves otherwise."""
+    if inspect.ismodule(value):
+        return False
+    if object_paths.resolves_by_name(value):
+        return True
+    if not isinstance(value, types.BuiltinFunctionType):
+        return False
+    try:
+        pickle.dumps(value)
+    except Exception:
+        return False
+    return True
 
-    Dropped, it let a global that holds another named function there
-    (`ACT = _sigmoid if ... else _relu`, or an import that falls back to
-    another implementation) be served the code traced through this one.
-    Dynamo builds the guard as an equality check on the function's
-    `__code__`; the guard state saves the function by name, so the loading
-    process rebuilds the check against its own function of that name, and a
-    global that holds another function there fails it."""
-    return entry.has_value and _python_function(entry.value)
+
+# The identity kinds torch refuses to serialize that `_liftable` may lift
+# (CLASS_MATCH is `named_class_guards`'s).
+_LIFTABLE = ("ID_MATCH", "FUNCTION_MATCH", "CLOSURE_MATCH")
+
+
+def _liftable(builder: Any, guards: Any) -> list[str]:
+    """The identity kinds whose refusal is lifted for this guard list: each
+    guard of the kind (or deriving it) checks an object the loading process
+    finds again by name (`_stored_by_name`, `_pickled_by_name`, a Python
+    function for CLOSURE_MATCH, checked by its code)."""
+    lifted = []
+    for kind in _LIFTABLE:
+        found = False
+        for guard in guards:
+            derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
+            if guard.create_fn_name() != kind and kind not in derived:
+                continue
+            try:
+                value = builder.get(guard)
+            except Exception:
+                found = False
+                break
+            code_checked = guard.create_fn_name() == "CLOSURE_MATCH" and type(value) is types.FunctionType
+            if not (code_checked or _stored_by_name(value) or _pickled_by_name(value)):
+                found = False
+                break
+            found = True
+        if found:
+            lifted.append(kind)
+    return lifted
 
 
 def _kept_by_name(entry: Any) -> bool:
