@@ -48,6 +48,12 @@ def _identity_kind(entry: Any) -> str | None:
 _UNNAMED_SCOPE_ROOT = re.compile(r"G\['___unnamed_scope_\d+_c\d+'\]")
 
 
+# A global Dynamo installs under a name made of an object's id and the
+# compile's (`install_global_by_id`): `_139790118156096_c0`,
+# `___unnamed_scope_<id>_c<n>`, `___module_<name>_<id>_c<n>`.
+_BY_ID_ROOT = re.compile(r"G\['\w*_\d{6,}_c\d+'\]")
+
+
 def _in_an_unnamed_scope(path: str) -> bool:
     return path.startswith("G['___unnamed_scope_")
 
@@ -332,8 +338,9 @@ def _filter(
 ) -> Callable[[Sequence[Any]], Sequence[bool]]:
     """torch's `caching_precompile` guard filter, except that an identity
     guard on a global holding an object no name rebinds is kept (recorded in `kept`, by the
-    guard's id, with the reason its frame is not stored). `scope`: the
-    globals of the frame being compiled."""
+    guard's id, with the reason its frame is not stored), and one on a global
+    holding an object the guard state saves by name is kept and stored
+    (`_rebuilt_by_name`). `scope`: the globals of the frame being compiled."""
 
     def guard_filter_fn(entries: Sequence[Any]) -> Sequence[bool]:
         wanted = user(entries) if user is not None else [True] * len(entries)
@@ -412,10 +419,11 @@ def _rebuilt_by_name(entry: Any) -> bool:
     module-level function or class, a builtin) by identity. A global module,
     or anything read through an import alias, stays dropped."""
     name = str(entry.name)
-    # Through a scope only the tracing process binds, the loading process
-    # could not read the guarded object at all (and such a guard holds by
-    # construction: `rebound_by_name`).
-    if entry.guard_type == "MODULE_MATCH" or name.startswith(_BY_NAME) or _in_an_unnamed_scope(name):
+    # Through a global Dynamo named by an object's id (`_<id>_c<n>`, an
+    # unnamed scope), which only the tracing process binds, the loading
+    # process could not read the guarded object at all; such a guard is
+    # dropped as before (`rebound_by_name` holds for what it reads).
+    if entry.guard_type == "MODULE_MATCH" or name.startswith(_BY_NAME) or _BY_ID_ROOT.match(name):
         return False
     if not entry.has_value:
         return False
