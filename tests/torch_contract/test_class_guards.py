@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -95,6 +95,21 @@ def _paired(x: torch.Tensor) -> _Pair:
     return _Pair(x.sum(), x * 2)
 
 
+def _save_and_forget(fn: Any, bound: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Save `fn`'s one stored variant, then forget what a new process would
+    not have: Dynamo's state, the loaded entries and the globals it bound
+    here under the prefix `bound`."""
+    from torch._C._dynamo.eval_frame import _reset_precompile_entries
+
+    PrecompileContext.save_to_dynamo_cache()
+    assert _stored_variants(fn) == [(False, 1)]
+    reset()
+    _reset_precompile_entries(fn.__code__)
+    for name in [n for n in globals() if n.startswith(bound)]:
+        monkeypatch.delitem(globals(), name)
+    counters.clear()
+
+
 def test_a_named_tuple_built_in_the_frame_loads(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Dynamo inlines the tuple's generated `__new__`, whose globals no module
     owns: it binds them under a global it names by their id
@@ -107,14 +122,7 @@ def test_a_named_tuple_built_in_the_frame_loads(store: Path, monkeypatch: pytest
 
     x = torch.randn(3)
     torch.testing.assert_close(tuple(torch.compile(_paired)(x)), (x.sum(), x * 2))
-    PrecompileContext.save_to_dynamo_cache()
-    assert _stored_variants(_paired) == [(False, 1)]
-    reset()
-    _reset_precompile_entries(_paired.__code__)
-    # A new process has none of the globals Dynamo bound here.
-    for name in [n for n in globals() if n.startswith("___unnamed_scope_")]:
-        monkeypatch.delitem(globals(), name)
-    counters.clear()
+    _save_and_forget(_paired, "___unnamed_scope_", monkeypatch)
     try:
         # Not under fail_on_recompile: the loaded code calls `_Pair._make`,
         # a frame with tensors that Dynamo looks at (and skips) on every
@@ -187,14 +195,7 @@ def test_a_tensor_subclass_with_torch_function_loads(store: Path, monkeypatch: p
     x = torch.arange(3.0).as_subclass(_Traced)
     out = torch.compile(_shifted)(x)
     assert type(out) is _Traced
-    PrecompileContext.save_to_dynamo_cache()
-    assert _stored_variants(_shifted) == [(False, 1)]
-    reset()
-    _reset_precompile_entries(_shifted.__code__)
-    # A new process has none of the globals Dynamo bound here.
-    for name in [n for n in globals() if n.startswith("__subclass_")]:
-        monkeypatch.delitem(globals(), name)
-    counters.clear()
+    _save_and_forget(_shifted, "__subclass_", monkeypatch)
     try:
         with torch.compiler.set_stance("fail_on_recompile"):
             again = torch.compile(_shifted)(x)

@@ -1,4 +1,4 @@
-"""Identity guards torch drops under `caching_precompile`: kept on enum members and on globals holding named Python functions, and stored; kept on other globals, their frame left unstored, unless a name rebinds the object. Guards on a scope only the tracing process binds: dropped where they hold by construction, else the frame left unstored."""
+"""Identity guards torch drops under `caching_precompile`: kept on enum members and on globals holding objects pickle saves by name, and stored; kept on other globals, their frame left unstored, unless a name rebinds the object. Guards on a scope only the tracing process binds: dropped where they hold by construction, else the frame left unstored."""
 
 from __future__ import annotations
 
@@ -211,11 +211,6 @@ def named_enum_member(value: object) -> bool:
     return object_paths.resolves_by_name(cls) and cls.__members__.get(value.name) is value
 
 
-def _stored_by_name(value: object) -> bool:
-    """Whether an identity guard on `value` is kept and stored (see `_kept_by_name`)."""
-    return named_enum_member(value) or is_registered_operator(value)
-
-
 def _enum_member_read_by_name(path: str, value: object) -> bool:
     """Whether the guard reads an enum member through its own name
     (`G['Action'].NONE`, as transformers' Llama does) on a class that imports
@@ -294,7 +289,7 @@ class _IdentityGuards(_Patch):
             if not (torch._dynamo.config.caching_precompile and building):
                 init(manager, *args, **kwargs)
                 return
-            kept: dict[int, str] = {}
+            kept: dict[int, str | None] = {}
             scope = getattr(bound.arguments.get("output_graph"), "global_scope", None)
             bound.arguments["guard_filter_fn"] = _filter(
                 bound.arguments.get("guard_filter_fn"), kept, scope if isinstance(scope, dict) else {}
@@ -321,9 +316,10 @@ class _IdentityGuards(_Patch):
                     output_graph.bypass_package(f"Guard evaluation failed: {reason}")
                     return b""
             unsupported = getattr(CheckFunctionManager, "UNSUPPORTED_SERIALIZATION_GUARD_TYPES", None)
-            lifted = _liftable(builder, sorted_guards) if isinstance(unsupported, tuple) else []
-            # torch refuses every identity guard; these rebuild exactly from
-            # the saved state, so the refusal is lifted for this one call.
+            lifted = _liftable(sorted_guards, kept) if isinstance(unsupported, tuple) else []
+            # torch refuses every identity guard; the filter kept these to
+            # store (they rebuild exactly from the saved state), so the
+            # refusal is lifted for this one call.
             with contextlib.ExitStack() as stack:
                 for kind in lifted:
                     stack.enter_context(serializable(kind))
@@ -334,13 +330,14 @@ class _IdentityGuards(_Patch):
 
 
 def _filter(
-    user: Callable[[Sequence[Any]], Sequence[bool]] | None, kept: dict[int, str], scope: dict[str, Any]
+    user: Callable[[Sequence[Any]], Sequence[bool]] | None, kept: dict[int, str | None], scope: dict[str, Any]
 ) -> Callable[[Sequence[Any]], Sequence[bool]]:
     """torch's `caching_precompile` guard filter, except that an identity
     guard on a global holding an object no name rebinds is kept (recorded in `kept`, by the
-    guard's id, with the reason its frame is not stored), and one on a global
-    holding an object the guard state saves by name is kept and stored
-    (`_rebuilt_by_name`). `scope`: the globals of the frame being compiled."""
+    guard's id, with the reason its frame is not stored), and one the loading
+    process rebuilds by name (`_kept_by_name`, `_rebuilt_by_name`) is kept
+    to be stored (recorded in `kept` with no reason). `scope`: the globals of
+    the frame being compiled."""
 
     def guard_filter_fn(entries: Sequence[Any]) -> Sequence[bool]:
         wanted = user(entries) if user is not None else [True] * len(entries)
@@ -362,6 +359,7 @@ def _filter(
             elif kind is None:
                 result.append(bool(keep))
             elif _kept_by_name(entry):
+                kept[id(entry.orig_guard)] = None
                 result.append(True)
             elif kind in _IDENTITY and _under_a_global(str(entry.name)) and not rebound_by_name(entry, scope):
                 what = type(entry.value).__name__ if entry.has_value else "object"
@@ -373,6 +371,7 @@ def _filter(
             elif kind in _IDENTITY and _under_a_global(str(entry.name)) and _rebuilt_by_name(entry):
                 # Kept and stored: the loading process rebuilds it against its
                 # own object of that name (see `_rebuilt_by_name`).
+                kept[id(entry.orig_guard)] = None
                 result.append(True)
             else:
                 # What torch does: the same warning (guard_logs quiets the
@@ -455,29 +454,13 @@ def _pickled_by_name(value: object) -> bool:
 _LIFTABLE = ("ID_MATCH", "FUNCTION_MATCH", "CLOSURE_MATCH")
 
 
-def _liftable(builder: Any, guards: Any) -> list[str]:
-    """The identity kinds whose refusal is lifted for this guard list: each
-    guard of the kind (or deriving it) checks an object the loading process
-    finds again by name (`_stored_by_name`, `_pickled_by_name`, a Python
-    function for CLOSURE_MATCH, checked by its code)."""
+def _liftable(guards: Any, kept: dict[int, str | None]) -> list[str]:
+    """The identity kinds whose refusal is lifted for this guard list: every
+    guard of the kind (or deriving it) is one the filter kept to be stored."""
     lifted = []
     for kind in _LIFTABLE:
-        found = False
-        for guard in guards:
-            derived = tuple(guard.guard_types) if getattr(guard, "guard_types", None) else ()
-            if guard.create_fn_name() != kind and kind not in derived:
-                continue
-            try:
-                value = builder.get(guard)
-            except Exception:
-                found = False
-                break
-            code_checked = guard.create_fn_name() == "CLOSURE_MATCH" and type(value) is types.FunctionType
-            if not (code_checked or _stored_by_name(value) or _pickled_by_name(value)):
-                found = False
-                break
-            found = True
-        if found:
+        of_kind = [g for g in guards if g.create_fn_name() == kind or kind in (getattr(g, "guard_types", None) or ())]
+        if of_kind and all(id(g) in kept and kept[id(g)] is None for g in of_kind):
             lifted.append(kind)
     return lifted
 
